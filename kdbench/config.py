@@ -1,0 +1,329 @@
+"""Typed run configuration: YAML (safe loader) plus ``key=value`` overrides, validated up front.
+
+A run is fully described by a :class:`RunConfig`. The standard override keys (``seed``, ``epochs``,
+``max_steps``, ``batch_size``, ``lr``, ``max_seq_length``, ``max_train_samples``,
+``max_eval_samples``, ...) address the ``train`` and ``data`` sections; dotted keys
+(``train.warmup_ratio=0.06``) address any field; every other key is a parameter of the method
+(``temperature``, ``alpha``, a loss weight) and is checked against the method's own typed
+parameters before anything expensive starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field and the bad value."""
+
+
+@dataclass
+class TrainConfig:
+    epochs: float = 3.0
+    max_steps: int = -1
+    batch_size: int = 32
+    eval_batch_size: int = 64
+    lr: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    grad_accum: int = 1
+    max_seq_length: int = 128
+    seed: int = 42
+    eval_steps: int | None = None  # None: evaluate at the end of every epoch
+    logging_steps: int = 50
+    precision: str = "auto"  # auto | fp32 | bf16 | fp16
+    save_total_limit: int = 2
+    group_by_length: bool = True
+    dataloader_workers: int = 0
+
+    def __post_init__(self) -> None:
+        _require(self.epochs > 0, "train.epochs", self.epochs, "must be > 0")
+        _require(self.max_steps == -1 or self.max_steps > 0, "train.max_steps", self.max_steps, "must be -1 or > 0")
+        _require(self.batch_size > 0, "train.batch_size", self.batch_size, "must be > 0")
+        _require(self.eval_batch_size > 0, "train.eval_batch_size", self.eval_batch_size, "must be > 0")
+        _require(self.lr > 0, "train.lr", self.lr, "must be > 0")
+        _require(self.weight_decay >= 0, "train.weight_decay", self.weight_decay, "must be >= 0")
+        _require(0 <= self.warmup_ratio < 1, "train.warmup_ratio", self.warmup_ratio, "must be in [0, 1)")
+        _require(self.grad_accum > 0, "train.grad_accum", self.grad_accum, "must be > 0")
+        _require(8 <= self.max_seq_length <= 8192, "train.max_seq_length", self.max_seq_length, "must be in [8, 8192]")
+        _require(self.eval_steps is None or self.eval_steps > 0, "train.eval_steps", self.eval_steps, "must be > 0")
+        _require(self.logging_steps > 0, "train.logging_steps", self.logging_steps, "must be > 0")
+        _require(self.precision in ("auto", "fp32", "bf16", "fp16"), "train.precision", self.precision,
+                 "must be one of auto, fp32, bf16, fp16")
+        _require(self.save_total_limit >= 1, "train.save_total_limit", self.save_total_limit, "must be >= 1")
+
+
+@dataclass
+class DataConfig:
+    data_dir: str | None = None  # None: $KDBENCH_DATA_DIR, then the Hugging Face Hub
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+    on_bad_row: str = "error"  # error | skip (skipped rows are counted in the result record)
+    train_file: str | None = None  # explicit files override the data_dir layout
+    dev_file: str | None = None
+    corpus: str | None = None  # plain-text corpus for general (pre-training) distillation
+
+    def __post_init__(self) -> None:
+        for name in ("max_train_samples", "max_eval_samples"):
+            value = getattr(self, name)
+            _require(value is None or value > 0, f"data.{name}", value, "must be > 0")
+        _require(self.on_bad_row in ("error", "skip"), "data.on_bad_row", self.on_bad_row, "must be 'error' or 'skip'")
+
+    def resolved_data_dir(self) -> Path | None:
+        chosen = self.data_dir or os.environ.get("KDBENCH_DATA_DIR")
+        return Path(chosen).expanduser() if chosen else None
+
+
+STUDENT_INITS = ("auto", "random", "teacher", "pretrained")
+
+
+@dataclass
+class RunConfig:
+    method: str
+    task: str
+    student: str
+    teacher: str | None = None
+    student_init: str = "auto"  # auto | random | teacher (copy teacher layers) | pretrained
+    student_layers: str | list[int] = "auto"  # auto | bottom | every-other | explicit 0-based list
+    method_params: dict[str, Any] = field(default_factory=dict)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    output: str = "runs"
+    label: str | None = None  # free-form row label used by tables and sweeps
+    trust_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("method", "task", "student"):
+            _require(isinstance(getattr(self, name), str) and getattr(self, name).strip() != "",
+                     name, getattr(self, name), "must be a non-empty string")
+        _require(self.student_init in STUDENT_INITS, "student_init", self.student_init,
+                 f"must be one of {', '.join(STUDENT_INITS)}")
+        if isinstance(self.student_layers, str):
+            _require(self.student_layers in ("auto", "bottom", "every-other"), "student_layers",
+                     self.student_layers, "must be auto, bottom, every-other or a list of teacher layer indices")
+        else:
+            _require(all(isinstance(i, int) and i >= 0 for i in self.student_layers), "student_layers",
+                     self.student_layers, "must hold non-negative integers")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def identity(self) -> dict[str, Any]:
+        """Everything that determines the result (the output location does not)."""
+        data = self.to_dict()
+        data.pop("output")
+        return data
+
+    def config_hash(self) -> str:
+        canonical = json.dumps(self.identity(), sort_keys=True, default=str)
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+# Flat keys every run understands, and where they live.
+STANDARD_KEYS: dict[str, str] = {
+    "seed": "train.seed",
+    "epochs": "train.epochs",
+    "max_steps": "train.max_steps",
+    "batch_size": "train.batch_size",
+    "eval_batch_size": "train.eval_batch_size",
+    "lr": "train.lr",
+    "learning_rate": "train.lr",
+    "weight_decay": "train.weight_decay",
+    "warmup_ratio": "train.warmup_ratio",
+    "grad_accum": "train.grad_accum",
+    "max_seq_length": "train.max_seq_length",
+    "eval_steps": "train.eval_steps",
+    "logging_steps": "train.logging_steps",
+    "precision": "train.precision",
+    "max_train_samples": "data.max_train_samples",
+    "max_eval_samples": "data.max_eval_samples",
+    "data_dir": "data.data_dir",
+    "on_bad_row": "data.on_bad_row",
+    "train_file": "data.train_file",
+    "dev_file": "data.dev_file",
+    "corpus": "data.corpus",
+}
+SECTIONS = {"train": TrainConfig, "data": DataConfig}
+TOP_LEVEL = {f.name for f in dataclasses.fields(RunConfig)} - {"train", "data", "method_params"}
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
+    """``["lr=1e-4", "alpha=0.5"]`` -> ``{"lr": "1e-4", "alpha": "0.5"}`` (values stay text)."""
+    parsed: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {pair!r} is not of the form KEY=VALUE")
+        parsed[key.strip()] = value.strip()
+    return parsed
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    with path.open() as handle:
+        data = yaml.safe_load(handle) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping, got {type(data).__name__}")
+    return data
+
+
+def build_run_config(values: dict[str, Any]) -> RunConfig:
+    """Build a RunConfig from a mapping that may mix sections, flat standard keys and method keys.
+
+    Values given as text (from the command line) are converted to the field's declared type.
+    """
+    top: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+    method_params: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in SECTIONS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{key}: must be a mapping, got {value!r}")
+            sections[key].update(value)
+        elif key == "method_params":
+            if not isinstance(value, dict):
+                raise ConfigError(f"method_params: must be a mapping, got {value!r}")
+            method_params.update(value)
+        elif key in STANDARD_KEYS:
+            section, name = STANDARD_KEYS[key].split(".")
+            sections[section][name] = value
+        elif "." in key:
+            section, name = key.split(".", 1)
+            if section == "method_params":
+                method_params[name] = value
+            elif section in SECTIONS:
+                sections[section][name] = value
+            else:
+                raise ConfigError(f"unknown config section {section!r} in key {key!r}")
+        elif key in TOP_LEVEL:
+            top[key] = value
+        else:
+            method_params[key] = value
+    for required in ("method", "task", "student"):
+        if not top.get(required):
+            raise ConfigError(f"{required}: missing (give it on the command line or in the YAML file)")
+    train = from_mapping(TrainConfig, sections["train"], where="train")
+    data = from_mapping(DataConfig, sections["data"], where="data")
+    return from_mapping(RunConfig, {**top, "train": train, "data": data, "method_params": method_params}, where="")
+
+
+def from_mapping(cls: type, values: dict[str, Any], *, where: str) -> Any:
+    """Instantiate dataclass ``cls`` from ``values``, converting text to each field's type.
+
+    Unknown keys are an error that names them and the closest valid field.
+    """
+    import difflib
+
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    prefix = f"{where}." if where else ""
+    for key, value in values.items():
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            valid = ", ".join(sorted(fields))
+            raise ConfigError(f"unknown key {prefix}{key}={value!r}{hint} (valid: {valid})")
+        kwargs[key] = coerce(value, hints[key], f"{prefix}{key}")
+    try:
+        return cls(**kwargs)
+    except TypeError as error:
+        raise ConfigError(f"{where or 'config'}: {error}") from None
+
+
+def coerce(value: Any, hint: Any, name: str) -> Any:
+    """Convert ``value`` (often text) to the type ``hint``; raise ConfigError naming ``name``."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            if type(None) in options:
+                return None
+        errors = []
+        for option in sorted((o for o in options if o is not type(None)), key=_coerce_order):
+            try:
+                return coerce(value, option, name)
+            except ConfigError as error:
+                errors.append(str(error))
+        raise ConfigError(f"{name}: cannot use {value!r} ({'; '.join(errors)})")
+    if hint is Any:
+        return _parse_text(value) if isinstance(value, str) else value
+    if origin in (list, tuple):
+        items = _parse_text(value) if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)):
+            raise ConfigError(f"{name}: expected a list, got {value!r}")
+        (item_hint, *_) = typing.get_args(hint) or (Any,)
+        converted = [coerce(item, item_hint, name) for item in items]
+        return tuple(converted) if origin is tuple else converted
+    if origin is dict:
+        mapping = _parse_text(value) if isinstance(value, str) else value
+        if not isinstance(mapping, dict):
+            raise ConfigError(f"{name}: expected a mapping, got {value!r}")
+        return dict(mapping)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "yes", "1", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "no", "0", "off"):
+            return False
+        raise ConfigError(f"{name}: expected true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{name}: expected an integer, got {value!r}")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name}: expected an integer, got {value!r}") from None
+        if not number.is_integer():
+            raise ConfigError(f"{name}: expected an integer, got {value!r}")
+        return int(number)
+    if hint is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{name}: expected a number, got {value!r}")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name}: expected a number, got {value!r}") from None
+        if number != number or number in (float("inf"), float("-inf")):
+            raise ConfigError(f"{name}: expected a finite number, got {value!r}")
+        return number
+    if hint is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{name}: expected text, got {value!r}")
+        return str(value)
+    return value
+
+
+def _coerce_order(option: Any) -> int:
+    # Try the most specific interpretation first: a list before text, a number before text.
+    order = {list: 0, int: 1, float: 2, bool: 3, str: 9}
+    return order.get(typing.get_origin(option) or option, 5)
+
+
+def _parse_text(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _require(condition: bool, name: str, value: Any, rule: str) -> None:
+    if not condition:
+        raise ConfigError(f"{name}: {rule}, got {value!r}")
+
+
+def save_config(config: RunConfig, path: Path) -> None:
+    path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))

@@ -1,0 +1,41 @@
+"""The registries of kdbench and the built-in entries.
+
+Built-ins are registered lazily by import path, so listing names imports nothing heavy. Third-party
+packages add entries through the entry-point groups ``kdbench.methods``, ``kdbench.tasks``,
+``kdbench.students`` and ``kdbench.tables`` (value: ``"module:attribute"``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kdbench.registry import Registry
+
+if TYPE_CHECKING:
+    from kdbench.method import Method
+    from kdbench.task import Task
+
+METHODS: Registry[type[Method]] = Registry("method", "kdbench.methods")
+TASKS: Registry[Task] = Registry("task", "kdbench.tasks")
+STUDENTS: Registry[Any] = Registry("student preset", "kdbench.students")
+TABLES: Registry[Any] = Registry("table", "kdbench.tables")
+
+# Methods: name -> class.
+METHODS.register_lazy("finetune", "kdbench.methods.finetune:FineTune")
+METHODS.register_lazy("kd", "kdbench.methods.kd:HintonKD", aliases=("vanilla-kd", "hinton"))
+
+# Tasks: name -> Task instance.
+for _name in ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "mnli-mm", "qnli", "rte", "wnli", "ax"):
+    TASKS.register_lazy(_name, f"kdbench.tasks.glue:{_name.upper().replace('-', '_')}")
+TASKS.register_lazy("squad", "kdbench.tasks.squad:SQUAD_V1", aliases=("squad-v1", "squad1.1", "squad-v1.1"))
+TASKS.register_lazy("squad-v2", "kdbench.tasks.squad:SQUAD_V2", aliases=("squad2.0", "squad-v2.0"))
+TASKS.register_lazy("corpus", "kdbench.tasks.corpus:CORPUS", aliases=("general", "pretraining"))
+
+# Student presets: name -> StudentPreset (kdbench.students).
+STUDENTS.register_lazy("tinybert-4l-312", "kdbench.students:TINYBERT_4L_312")
+STUDENTS.register_lazy("tinybert-6l-768", "kdbench.students:TINYBERT_6L_768")
+STUDENTS.register_lazy("bert-6l-768", "kdbench.students:BERT_6L_768")
+STUDENTS.register_lazy("bert-4l-768", "kdbench.students:BERT_4L_768")
+STUDENTS.register_lazy("bert-3l-768", "kdbench.students:BERT_3L_768")
+for _layers in (2, 3, 4, 6):
+    STUDENTS.register_lazy(f"teacher-{_layers}l", f"kdbench.students:TEACHER_{_layers}L")

@@ -1,0 +1,1 @@
+"""Distillation methods shipped with kdbench (installed as ``kdbench.methods``)."""

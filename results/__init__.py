@@ -1,0 +1,1 @@
+"""Paper tables as data: published numbers, table specs and sweep specs (``kdbench.results``)."""

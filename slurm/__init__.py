@@ -1,0 +1,1 @@
+"""Slurm cluster profiles and the single-node dev cluster (``kdbench.slurm``)."""

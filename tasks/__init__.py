@@ -1,0 +1,1 @@
+"""Task adapters shipped with kdbench (installed as ``kdbench.tasks``)."""

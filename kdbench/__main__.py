@@ -1,0 +1,5 @@
+import sys
+
+from kdbench.cli import main
+
+sys.exit(main())

@@ -1,0 +1,179 @@
+"""The ``kdbench`` command line (also ``python -m kdbench``).
+
+Every command exits 0 on success and, on bad input, non-zero with one line naming the bad value.
+``kdbench run`` prints the run folder as the last line of standard output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kdbench import __version__
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from kdbench.config import ConfigError
+    from kdbench.errors import DataError
+    from kdbench.records import RecordError
+    from kdbench.registry import UnknownNameError
+
+    errors: list[type[BaseException]] = [ConfigError, DataError, RecordError, UnknownNameError, FileNotFoundError]
+    try:
+        from kdbench.engine import CheckpointError, NonFiniteLossError
+
+        errors += [CheckpointError, NonFiniteLossError]
+    except ImportError:  # pragma: no cover - the engine imports torch; listing must not need it
+        pass
+    return tuple(errors)
+
+
+# -- list -------------------------------------------------------------------------------------
+def cmd_list(args: argparse.Namespace) -> int:
+    from kdbench.plugins import METHODS, STUDENTS, TABLES, TASKS
+
+    if args.what == "methods":
+        for name in METHODS.names():
+            print(f"{name}\t{getattr(METHODS.get(name), 'description', '')}")
+    elif args.what == "tasks":
+        for name in TASKS.names():
+            spec = TASKS.get(name).spec
+            print(f"{name}\t{spec.head.value}\t{spec.main_metric}")
+    elif args.what == "students":
+        for name in STUDENTS.names():
+            print(f"{name}\t{STUDENTS.get(name).description}")
+    elif args.what == "tables":
+        for name in TABLES.names():
+            print(f"{name}\t{getattr(TABLES.get(name), 'description', '')}")
+    return 0
+
+
+# -- run --------------------------------------------------------------------------------------
+def run_config_from_args(args: argparse.Namespace) -> Any:
+    from kdbench.config import build_run_config, load_yaml, parse_overrides
+
+    values: dict[str, Any] = load_yaml(args.config) if args.config else {}
+    values["method"] = args.method
+    for key in ("task", "teacher", "student", "data_dir", "output"):
+        value = getattr(args, key, None)
+        if value is not None:
+            values[key] = value
+    values.update(parse_overrides(args.overrides))
+    if "output" not in values:
+        values["output"] = "runs"
+    return build_run_config(values)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from kdbench.engine import plan_run, run_experiment
+
+    config = run_config_from_args(args)
+    if args.dry_run:
+        plan = plan_run(config)
+        print(json.dumps(plan.config.to_dict(), indent=2, default=str))
+        print(plan.run_dir)
+        return 0
+    run_dir = run_experiment(config)
+    record = json.loads((run_dir / "result.json").read_text())
+    print(json.dumps({"metrics": record["metrics"], "train_seconds": record.get("train_seconds")}))
+    print(run_dir)
+    return 0
+
+
+# -- results / evaluate ---------------------------------------------------------------------------
+def cmd_results(args: argparse.Namespace) -> int:
+    from kdbench.records import records_table
+
+    print(records_table(args.runs, args.format))
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from kdbench.config import DataConfig
+    from kdbench.plugins import TASKS
+
+    task = TASKS.get(args.task)
+    predictions = Path(args.predictions)
+    if not predictions.is_file():
+        raise FileNotFoundError(f"predictions file {str(predictions)!r} does not exist")
+    data_dir = DataConfig(data_dir=args.data_dir).resolved_data_dir()
+    metrics = task.score_prediction_file(predictions, data_dir, args.split)
+    print(json.dumps(metrics))
+    return 0
+
+
+# -- parser -------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kdbench", description="Comparative knowledge-distillation benchmark")
+    parser.add_argument("--version", action="version", version=f"kdbench {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    listing = commands.add_parser("list", help="list registered methods, tasks, students or tables")
+    listing.add_argument("what", choices=("methods", "tasks", "students", "tables"))
+    listing.set_defaults(handler=cmd_list)
+
+    run = commands.add_parser("run", help="run one distillation (or fine-tuning) experiment")
+    run.add_argument("method")
+    _add_run_arguments(run)
+    run.add_argument("--dry-run", action="store_true", help="resolve and validate the config, print it, train nothing")
+    run.set_defaults(handler=cmd_run)
+
+    results = commands.add_parser("results", help="all result records under a folder, as a table")
+    results.add_argument("runs")
+    results.add_argument("--format", default="markdown", choices=("markdown", "csv", "json"))
+    results.set_defaults(handler=cmd_results)
+
+    evaluate = commands.add_parser("evaluate", help="score a prediction file with the task's official metric")
+    evaluate.add_argument("task")
+    evaluate.add_argument("--predictions", required=True)
+    evaluate.add_argument("--data-dir")
+    evaluate.add_argument("--split", default="dev")
+    evaluate.set_defaults(handler=cmd_evaluate)
+    return parser
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--teacher", help="Hub id or local folder of the (fine-tuned) teacher")
+    parser.add_argument("--student", required=True, help="preset name (kdbench list students), Hub id or folder")
+    parser.add_argument("--data-dir", dest="data_dir", help="data root (default: $KDBENCH_DATA_DIR, then the Hub)")
+    parser.add_argument("--output", help="parent folder of run folders (default: runs)")
+    parser.add_argument("--config", help="YAML config file; command-line values win")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. epochs=3 lr=1e-4 alpha=0.5")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    # KEY=VALUE overrides may stand anywhere after the command (argparse alone would only take them
+    # before the first option), so unknown tokens shaped like overrides are collected here.
+    args, extra = parser.parse_known_args(argv)
+    stray = [token for token in extra if "=" not in token or token.startswith("-")]
+    if stray or (extra and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(stray or extra)}")
+    if extra:
+        args.overrides = list(args.overrides) + extra
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except _user_errors() as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        print(f"kdbench: error: {message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("kdbench: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Vanilla knowledge distillation (Hinton et al., 2015): ``(1-α)·CE + α·T²·KL`` (batchmean)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kdbench.config import ConfigError
+from kdbench.features import Features
+from kdbench.losses import hinton_kd_loss, kd_kl_loss, regression_kd_loss
+from kdbench.method import Method, MethodContext, Stage
+from kdbench.plugins import METHODS
+from kdbench.search_space import Choice, FloatRange, SearchSpace
+from kdbench.task import HeadType
+from kdbench.task_loss import task_loss
+
+
+@dataclass
+class KDParams:
+    alpha: float = 0.5  # weight of the soft (teacher) term; the hard-label CE gets 1 - alpha
+    temperature: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ConfigError(f"kd parameter alpha: must be in [0, 1], got {self.alpha!r}")
+        if self.temperature <= 0:
+            raise ConfigError(f"kd parameter temperature: must be > 0, got {self.temperature!r}")
+
+
+class HintonKD(Method):
+    name = "kd"
+    description = "Vanilla KD (Hinton): (1-a)*CE + a*T^2*KL(batchmean) on the task logits"
+    Params = KDParams
+    default_student_init = "random"
+
+    def search_space(self) -> SearchSpace:
+        return {
+            "alpha": FloatRange(0.1, 0.9),
+            "temperature": Choice((1.0, 2.0, 4.0, 8.0)),
+            "lr": FloatRange(1e-5, 2e-4, log=True),
+        }
+
+    def stages(self, context: MethodContext) -> list[Stage]:
+        head, alpha, temperature = context.task.head, self.params.alpha, self.params.temperature
+
+        def loss(batch, student: Features, teacher: Features | None):
+            if head is HeadType.CLASSIFICATION:
+                return hinton_kd_loss(student.logits, teacher.logits, batch["labels"], alpha, temperature)
+            if head is HeadType.REGRESSION:  # no distribution to soften: match the teacher's output
+                return {"task": (1 - alpha) * task_loss(batch, student, head),
+                        "kd": alpha * regression_kd_loss(student.logits, teacher.logits)}
+            if head is HeadType.SPAN:  # soft targets over start and end positions, averaged
+                kd = (kd_kl_loss(student.start_logits, teacher.start_logits, temperature)
+                      + kd_kl_loss(student.end_logits, teacher.end_logits, temperature)) / 2
+                return {"task": (1 - alpha) * task_loss(batch, student, head), "kd": alpha * kd}
+            raise ConfigError(f"kd does not support task head {head.value!r}")
+
+        return [Stage("kd", loss)]
+
+
+METHODS.register("kd", HintonKD)

@@ -1,0 +1,196 @@
+"""Launching jobs with submitit: cluster profiles, executors, and the distributed helper.
+
+Three executors share one interface (``submitit.Executor``):
+
+* ``debug`` — :class:`submitit.DebugExecutor`: runs each job in this process when its result is
+  asked for (breakpoints work); no parallelism.
+* ``local`` — :class:`submitit.LocalExecutor`: one subprocess per job on this machine.
+* ``slurm`` — :class:`submitit.AutoExecutor` with ``cluster="slurm"`` (given explicitly: submitit
+  would otherwise pick Slurm or local depending on whether ``srun`` is on PATH), configured from a
+  *cluster profile*.
+
+A profile is a small YAML file (``slurm/<name>.yaml`` in this repository, installed as
+``kdbench.slurm``; or any path)::
+
+    partition: gpu          # slurm_partition
+    gpus_per_node: 4        # also sets tasks_per_node (one task per GPU) unless given
+    cpus_per_task: 8
+    mem_gb: 64
+    timeout_min: 720
+    account: my-project     # slurm_account
+    qos: normal             # slurm_qos
+    constraint: a100        # slurm_constraint
+    array_parallelism: 16   # at most this many array tasks at once (slurm_array_parallelism)
+    nodes: 1
+    exclude: node[01-02]    # slurm_exclude
+    setup: ["module load cuda/12.1"]       # lines run before the job in the sbatch script
+    additional: {reservation: kd}          # any other sbatch option (slurm_additional_parameters)
+    env: {HF_HUB_OFFLINE: "1"}             # exported in the sbatch script
+
+Multi-GPU jobs: with ``gpus_per_node: N`` submitit starts N tasks per node (``srun``), each running
+the job function; :func:`init_distributed` (called by the sweep's job function when
+``JobEnvironment().num_tasks > 1``) exports ``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` from :class:`submitit.JobEnvironment` so
+Hugging Face ``Trainer``/``accelerate`` pick up DDP, and optionally initialises the process group.
+Only task 0's return value is reported by submitit; every task writes through the same run folder,
+and the engine lets only the main process write files.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+EXECUTORS = ("debug", "local", "slurm")
+
+# profile key -> submitit AutoExecutor parameter
+_PROFILE_KEYS: dict[str, str] = {
+    "partition": "slurm_partition",
+    "gpus_per_node": "gpus_per_node",
+    "tasks_per_node": "tasks_per_node",
+    "cpus_per_task": "cpus_per_task",
+    "mem_gb": "mem_gb",
+    "timeout_min": "timeout_min",
+    "nodes": "nodes",
+    "account": "slurm_account",
+    "qos": "slurm_qos",
+    "constraint": "slurm_constraint",
+    "exclude": "slurm_exclude",
+    "array_parallelism": "slurm_array_parallelism",
+    "setup": "slurm_setup",
+    "additional": "slurm_additional_parameters",
+    "comment": "slurm_comment",
+    "job_name": "name",
+    "max_num_timeout": None,  # executor constructor argument, handled separately
+    "env": None,  # turned into setup lines
+    "local_parallelism": None,  # used by the sweep for the local executor
+}
+
+
+class ProfileError(ValueError):
+    """A cluster profile is missing or malformed; the message names the file and the bad key."""
+
+
+def available_profiles() -> list[str]:
+    """Names of the profiles shipped in ``kdbench.slurm`` (``slurm/*.yaml``)."""
+    try:
+        root = resources.files("kdbench.slurm")
+    except ModuleNotFoundError:  # pragma: no cover - broken install
+        return []
+    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_profile(name_or_path: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """Load a cluster profile by name (``dev`` -> ``slurm/dev.yaml``) or from a YAML path.
+
+    ``None`` gives an empty profile. Unknown keys are an error naming them.
+    """
+    if name_or_path is None:
+        return {}
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if path.suffix in (".yaml", ".yml") or os.sep in text or path.is_file():
+        if not path.is_file():
+            raise ProfileError(f"profile file {text!r} does not exist")
+        raw = path.read_text()
+        where = str(path)
+    else:
+        resource = resources.files("kdbench.slurm").joinpath(f"{text}.yaml")
+        if not resource.is_file():
+            names = ", ".join(available_profiles()) or "none"
+            raise ProfileError(f"unknown cluster profile {text!r} (available: {names}; or give a path)")
+        raw = resource.read_text()
+        where = f"kdbench.slurm/{text}.yaml"
+    data = yaml.safe_load(raw) or {}
+    if not isinstance(data, dict):
+        raise ProfileError(f"profile {where}: must hold a mapping, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(_PROFILE_KEYS))
+    if unknown:
+        raise ProfileError(f"profile {where}: unknown key(s) {', '.join(unknown)} "
+                           f"(valid: {', '.join(sorted(_PROFILE_KEYS))})")
+    return data
+
+
+def slurm_parameters(profile: dict[str, Any]) -> dict[str, Any]:
+    """Translate a profile into ``AutoExecutor.update_parameters`` keyword arguments."""
+    params: dict[str, Any] = {}
+    for key, value in profile.items():
+        target = _PROFILE_KEYS.get(key)
+        if target is None or value is None:
+            continue
+        params[target] = value
+    gpus = int(profile.get("gpus_per_node") or 0)
+    if gpus > 1 and "tasks_per_node" not in profile:
+        params["tasks_per_node"] = gpus  # one task (process) per GPU
+    env = profile.get("env") or {}
+    if env:
+        setup = list(params.get("slurm_setup", []))
+        setup += [f"export {k}={shlex.quote(str(v))}" for k, v in env.items()]
+        params["slurm_setup"] = setup
+    return params
+
+
+def make_executor(kind: str, folder: str | os.PathLike[str], profile: str | dict[str, Any] | None = None):
+    """Build a submitit executor writing its logs/pickles under ``folder``.
+
+    ``kind`` is ``debug``, ``local`` or ``slurm``; ``profile`` a profile name, path or mapping. The
+    ``local`` executor takes ``timeout_min``, ``gpus_per_node`` and ``tasks_per_node`` from the
+    profile (default time limit: 7 days, so long runs are not killed).
+    """
+    import submitit
+
+    if kind not in EXECUTORS:
+        raise ValueError(f"executor: must be one of {', '.join(EXECUTORS)}, got {kind!r}")
+    prof = profile if isinstance(profile, dict) else load_profile(profile)
+    folder = Path(folder)
+    if kind == "debug":
+        return submitit.DebugExecutor(folder)
+    if kind == "local":
+        executor = submitit.LocalExecutor(folder, max_num_timeout=int(prof.get("max_num_timeout", 3)))
+        executor.update_parameters(
+            timeout_min=float(prof.get("timeout_min", 7 * 24 * 60)),
+            gpus_per_node=int(prof.get("gpus_per_node") or 0),
+            tasks_per_node=int(prof.get("tasks_per_node") or max(1, int(prof.get("gpus_per_node") or 0))),
+        )
+        return executor
+    executor = submitit.AutoExecutor(folder, cluster="slurm", slurm_max_num_timeout=int(prof.get("max_num_timeout", 3)))
+    params = slurm_parameters(prof)
+    if params:
+        executor.update_parameters(**params)
+    return executor
+
+
+def init_distributed(backend: str | None = None, init_process_group: bool = False):
+    """Set up ``torch.distributed`` from the submitit job environment (one task per GPU).
+
+    Exports ``MASTER_ADDR``/``MASTER_PORT``/``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/
+    ``LOCAL_WORLD_SIZE`` (the ``env://`` convention that ``torch.distributed``, ``accelerate`` and
+    Hugging Face ``Trainer`` read) and, with ``init_process_group=True``, initialises the default
+    process group (``nccl`` when CUDA is available, else ``gloo``). Returns the
+    :class:`submitit.helpers.TorchDistributedEnvironment`, or ``None`` outside a multi-task job.
+
+    Not exercised by the test-suite (it needs several GPUs); the Trainer-based engine needs only
+    the exported variables, so the sweep job calls it with ``init_process_group=False``.
+    """
+    import submitit
+
+    env = submitit.JobEnvironment()
+    if not env.activated() or env.num_tasks <= 1:
+        return None
+    dist_env = submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    os.environ.setdefault("LOCAL_WORLD_SIZE", str(dist_env.local_world_size))
+    if init_process_group:
+        import torch
+
+        if backend is None:
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if torch.cuda.is_available():
+            torch.cuda.set_device(dist_env.local_rank)
+        if not torch.distributed.is_initialized():
+            torch.distributed.init_process_group(backend=backend)
+    return dist_env

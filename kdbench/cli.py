@@ -7,6 +7,7 @@ Every command exits 0 on success and, on bad input, non-zero with one line namin
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import sys
@@ -18,6 +19,12 @@ from kdbench import __version__
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
+
+# Commands that live beside their feature: each module defines ``add_command(subparsers)``, which
+# adds one sub-parser with ``set_defaults(handler=...)``. Those modules must import nothing heavy at
+# module level, so ``kdbench --help`` and ``kdbench list`` stay fast.
+COMMAND_MODULES: tuple[str, ...] = (
+)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -138,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--data-dir")
     evaluate.add_argument("--split", default="dev")
     evaluate.set_defaults(handler=cmd_evaluate)
+
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).add_command(commands)
     return parser
 
 

@@ -286,6 +286,8 @@ class DistillationTrainer(Trainer):
     # -- loss ------------------------------------------------------------------------------
     def compute_loss(self, model: nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
                      num_items_in_batch: Any = None) -> Tensor | tuple[Tensor, Any]:
+        if self.stage.prepare_batch is not None and model.training:
+            inputs = dict(self.stage.prepare_batch(inputs))
         student_inputs = model_inputs(inputs)
         outputs = model.student(**student_inputs)
         student_features = self.student_capture.collect(outputs)

@@ -56,6 +56,10 @@ class Stage:
     select_best: bool = True
     param_groups: Callable[[nn.Module, nn.Module], list[ParamGroup]] | None = None
     head: str | None = None  # None: the task's head; "masked-lm" for pre-training distillation
+    # Applied to every training batch before the forward passes (e.g. MLM masking for pre-training
+    # distillation). Pure: takes the collated batch, returns a new mapping; may use torch's RNG,
+    # which the engine seeds.
+    prepare_batch: Callable[[Batch], Batch] | None = None
 
 
 @dataclass(frozen=True)

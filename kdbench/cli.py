@@ -24,6 +24,7 @@ EXIT_FAILED = 1
 # adds one sub-parser with ``set_defaults(handler=...)``. Those modules must import nothing heavy at
 # module level, so ``kdbench --help`` and ``kdbench list`` stay fast.
 COMMAND_MODULES: tuple[str, ...] = (
+    "kdbench.tasks.corpus",
 )
 
 

@@ -23,6 +23,7 @@ TABLES: Registry[Any] = Registry("table", "kdbench.tables")
 # Methods: name -> class.
 METHODS.register_lazy("finetune", "kdbench.methods.finetune:FineTune")
 METHODS.register_lazy("kd", "kdbench.methods.kd:HintonKD", aliases=("vanilla-kd", "hinton"))
+METHODS.register_lazy("tinybert", "kdbench.methods.tinybert:TinyBERT")
 
 # Tasks: name -> Task instance.
 for _name in ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "mnli-mm", "qnli", "rte", "wnli", "ax"):

@@ -16,6 +16,7 @@ import json
 import logging
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -459,8 +460,10 @@ def training_arguments(config: RunConfig, stage: Stage, folder: Path, main_metri
     )
 
 
-def run_experiment(config: RunConfig) -> Path:
+def run_experiment(config: RunConfig, callbacks: Sequence[TrainerCallback] = ()) -> Path:
     """Run (or resume, or skip) one experiment; returns its run folder.
+
+    ``callbacks`` are added to every stage's Trainer (e.g. Optuna pruning, graceful preemption).
 
     Writes ``result.json`` with status ``completed``, or ``failed`` with the error, and re-raises
     on failure.
@@ -491,7 +494,7 @@ def run_experiment(config: RunConfig) -> Path:
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     try:
-        outcome = _execute(plan, run_dir)
+        outcome = _execute(plan, run_dir, callbacks)
         record.update(outcome, status="completed", error=None)
     except BaseException as error:
         record.update(status="failed", error=f"{type(error).__name__}: {error}",
@@ -503,7 +506,7 @@ def run_experiment(config: RunConfig) -> Path:
     return run_dir
 
 
-def _execute(plan: RunPlan, run_dir: Path) -> dict[str, Any]:
+def _execute(plan: RunPlan, run_dir: Path, callbacks: Sequence[TrainerCallback] = ()) -> dict[str, Any]:
     config, method, task = plan.config, plan.method, plan.task
     set_seed(config.train.seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -543,7 +546,7 @@ def _execute(plan: RunPlan, run_dir: Path) -> dict[str, Any]:
     stage_results = []
     for index, stage in enumerate(stages):
         stage_results.append(_run_stage(index, stage, module, teacher, teacher_order, task, train_dataset,
-                                        eval_splits, tokenizer, config, run_dir))
+                                        eval_splits, tokenizer, config, run_dir, callbacks))
 
     metrics = evaluate_student(student, task, eval_splits, tokenizer, config.train.eval_batch_size) if eval_splits else {}
     model_dir = run_dir / "model"
@@ -596,7 +599,8 @@ def build_student(plan: RunPlan, teacher: PreTrainedModel | None, tokenizer: Any
 
 def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: PreTrainedModel | None,
                teacher_order: list[int] | None, task: Task, train_dataset: Any, eval_splits: list[EncodedSplit],
-               tokenizer: Any, config: RunConfig, run_dir: Path) -> StageResult:
+               tokenizer: Any, config: RunConfig, run_dir: Path,
+               callbacks: Sequence[TrainerCallback] = ()) -> StageResult:
     folder = run_dir / "stages" / f"{index}-{stage.name}"
     done = folder / STAGE_DONE
     if done.is_file():
@@ -618,7 +622,7 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
         eval_dataset=eval_splits[0].features if eval_splits else None,
         data_collator=DataCollatorWithPadding(tokenizer),
         processing_class=tokenizer,
-        callbacks=[ResumeLogger(checkpoint)],
+        callbacks=[ResumeLogger(checkpoint), *callbacks],
         stage=stage,
         teacher=teacher,
         teacher_order=teacher_order,

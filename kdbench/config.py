@@ -45,6 +45,10 @@ class TrainConfig:
     save_total_limit: int = 2
     group_by_length: bool = True
     dataloader_workers: int = 0
+    # Speed-only options (they change no result, so they stay out of the run's identity hash):
+    compile: bool = False  # torch.compile the student and teacher (GPU)
+    teacher_cache: bool = True  # read teacher outputs from the on-disk cache (kdbench.cache)
+    teacher_cache_budget_mb: float = 0.0  # disk allowed for hidden states / attention maps per cache entry
 
     def __post_init__(self) -> None:
         _require(self.epochs > 0, "train.epochs", self.epochs, "must be > 0")
@@ -61,6 +65,8 @@ class TrainConfig:
         _require(self.precision in ("auto", "fp32", "bf16", "fp16"), "train.precision", self.precision,
                  "must be one of auto, fp32, bf16, fp16")
         _require(self.save_total_limit >= 1, "train.save_total_limit", self.save_total_limit, "must be >= 1")
+        _require(self.teacher_cache_budget_mb >= 0, "train.teacher_cache_budget_mb", self.teacher_cache_budget_mb,
+                 "must be >= 0")
 
 
 @dataclass
@@ -84,6 +90,7 @@ class DataConfig:
         return Path(chosen).expanduser() if chosen else None
 
 
+SPEED_ONLY_TRAIN_KEYS = ("compile", "teacher_cache", "teacher_cache_budget_mb")
 STUDENT_INITS = ("auto", "random", "teacher", "pretrained")
 
 
@@ -123,6 +130,8 @@ class RunConfig:
         """Everything that determines the result (the output location does not)."""
         data = self.to_dict()
         data.pop("output")
+        for name in SPEED_ONLY_TRAIN_KEYS:
+            data["train"].pop(name, None)
         return data
 
     def config_hash(self) -> str:

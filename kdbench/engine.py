@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 import traceback
 from collections.abc import Sequence
@@ -43,10 +44,12 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from kdbench.capture import FeatureCapture
 from kdbench.config import ConfigError, RunConfig, save_config
+from kdbench.errors import TrainingOutOfMemoryError, is_out_of_memory
 from kdbench.features import Features
 from kdbench.method import Method, MethodContext, ParamGroup, Stage, all_parameters
 from kdbench.plugins import METHODS, STUDENTS, TASKS
-from kdbench.records import RESULT_FILE, SCHEMA_VERSION, library_versions, read_record, write_json_atomic
+from kdbench.records import (RESULT_FILE, SCHEMA_VERSION, library_versions, read_record, run_lock,
+                             write_json_atomic)
 from kdbench.students import StudentPreset, copy_teacher_weights, count_parameters, resolve_teacher_layers
 from kdbench.task import MODEL_INPUTS, TRAINING_TARGETS, EncodedSplit, HeadType, Task, TaskSpec
 
@@ -210,6 +213,29 @@ def _tied_keys(model: PreTrainedModel) -> set[str]:
     keys = set(tied.keys()) if isinstance(tied, dict) else set(tied)
     # Tied keys are declared relative to the model; the state dict names them in full.
     return {key for key in model.state_dict() if any(key.endswith(t) for t in keys)}
+
+
+def last_complete_checkpoint(stage_dir: Path) -> str | None:
+    """The newest ``checkpoint-N`` that was completely written, or None.
+
+    Trainer writes a checkpoint's files in place and ``trainer_state.json`` last, so a process
+    killed while saving leaves a folder without a readable ``trainer_state.json``: such folders are
+    removed (the caller holds the run lock) and the previous complete checkpoint is used.
+    """
+    if not Path(stage_dir).is_dir():
+        return None
+    while (latest := get_last_checkpoint(str(stage_dir))) is not None:
+        folder = Path(latest)
+        try:
+            json.loads((folder / "trainer_state.json").read_text())
+            complete = (folder / STUDENT_DIR / "model.safetensors").is_file() and (folder / EXTRAS_FILE).is_file()
+        except (OSError, ValueError):
+            complete = False
+        if complete:
+            return latest
+        print(f"[kdbench] removing incomplete checkpoint {folder} (interrupted while saving)", flush=True)
+        shutil.rmtree(folder)
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -469,6 +495,11 @@ def run_experiment(config: RunConfig, callbacks: Sequence[TrainerCallback] = ())
     on failure.
     """
     plan = plan_run(config)
+    with run_lock(plan.run_dir):  # one writer per run folder, released by the kernel if killed
+        return _run_planned(plan, callbacks)
+
+
+def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback]) -> Path:
     run_dir = plan.run_dir
     record_path = run_dir / RESULT_FILE
     if record_path.is_file():
@@ -612,7 +643,7 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
         raise ConfigError(f"stage {stage.name!r} needs a teacher")
     print(f"[kdbench] stage {index}: {stage.name} (lr {stage.lr or config.train.lr}, "
           f"epochs {stage.epochs or config.train.epochs})", flush=True)
-    checkpoint = get_last_checkpoint(str(folder)) if folder.is_dir() else None
+    checkpoint = last_complete_checkpoint(folder)
     args = training_arguments(config, stage, folder, task.spec.main_metric, has_eval=bool(eval_splits))
     trainer = DistillationTrainer(
         model=module,
@@ -633,6 +664,11 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
     started = time.perf_counter()
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
+    except (RuntimeError, MemoryError) as error:
+        if not is_out_of_memory(error):
+            raise
+        raise TrainingOutOfMemoryError(stage.name, config.train.batch_size, config.train.grad_accum,
+                                       str(next(module.parameters()).device), str(error).splitlines()[0]) from error
     finally:
         trainer.release()
     seconds = time.perf_counter() - started

@@ -100,6 +100,7 @@ class Method:
             params = from_mapping(cls.Params, dict(values), where=f"{cls.name} parameter")
         except ConfigError as error:
             raise ConfigError(f"method {cls.name}: {error}") from None
+        check_param_signs(cls.name, params)
         return cls(params)
 
     def params_dict(self) -> dict[str, Any]:
@@ -117,6 +118,53 @@ class Method:
 
     def stages(self, context: MethodContext) -> list[Stage]:
         raise NotImplementedError
+
+
+# Method parameters whose names say what sign they must have, whatever the method: a temperature
+# divides logits (> 0); loss weights and mixing coefficients scale a loss (>= 0: a negative weight
+# would maximise that loss).
+_POSITIVE_NAMES = ("temperature",)
+_WEIGHT_NAMES = ("alpha", "beta", "gamma")
+_WEIGHT_PREFIXES = ("weight", "lambda", "loss_weight", "alpha_", "beta_", "gamma_")
+_WEIGHT_SUFFIXES = ("_weight", "_weights", "_lambda", "_alpha", "_beta", "_gamma")
+
+
+def check_param_signs(method: str, params: Any) -> None:
+    """Reject a negative (or, for a temperature, zero) value of a parameter named like a loss weight
+    or a temperature; lists of weights are checked item by item. Raises ConfigError naming it."""
+    if not dataclasses.is_dataclass(params):
+        return
+    for field in dataclasses.fields(params):
+        name = field.name.lower()
+        positive = any(part in name for part in _POSITIVE_NAMES)
+        weight = (name in _WEIGHT_NAMES or name.startswith(_WEIGHT_PREFIXES) or name.endswith(_WEIGHT_SUFFIXES))
+        if not (positive or weight):
+            continue
+        value = getattr(params, field.name)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for item in values:
+            if isinstance(item, bool) or not isinstance(item, (int, float)):
+                continue
+            if positive and not item > 0:
+                raise ConfigError(f"method {method}: {field.name}={value!r} must be > 0 (it divides the logits)")
+            if weight and not item >= 0:
+                raise ConfigError(f"method {method}: {field.name}={value!r} is a loss weight and must be >= 0")
+
+
+def require_same_attention_heads(context: MethodContext, method: str) -> None:
+    """For methods that match attention maps head by head (TinyBERT, MobileBERT, MiniLM v1): raise
+    ConfigError unless teacher and student have the same number of attention heads. Call it from
+    :meth:`Method.validate`; it runs after the models are built and before any training step."""
+    if context.teacher_config is None:
+        return
+    teacher_heads = getattr(context.teacher_config, "num_attention_heads", None)
+    student_heads = getattr(context.student_config, "num_attention_heads", None)
+    if teacher_heads != student_heads:
+        raise ConfigError(
+            f"method {method} compares attention maps head by head, but the teacher has {teacher_heads} "
+            f"attention heads and the student {student_heads}; use a student with num_attention_heads="
+            f"{teacher_heads} (e.g. a teacher-derived preset) or a method that does not transfer attention"
+        )
 
 
 def all_parameters(student: nn.Module, extras: nn.Module) -> list[ParamGroup]:

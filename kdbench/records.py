@@ -5,24 +5,69 @@ Schema (``SCHEMA_VERSION`` 1): ``schema_version``, ``method``, ``task``, ``teach
 ``student_params``, ``teacher_params``, ``train_seconds``, ``status`` (``completed`` | ``failed``),
 ``error``, ``seed``, ``versions`` (library versions), ``run_dir``, ``stages`` (per-stage summary),
 ``data`` (rows used and rows skipped per split), ``created_at``.
+
+Concurrency: there is no shared result store; each run owns its folder (keyed by its config hash)
+and its ``result.json``. Two processes given the same cell (a duplicated sweep entry, a resume
+started while the first attempt still runs) are kept apart by :func:`run_lock`, an exclusive
+``flock`` on ``RUN_LOCK_FILE`` that the kernel releases when its holder dies (even by kill -9).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import platform
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"
 REQUIRED_KEYS = ("schema_version", "method", "task", "student", "config", "metrics", "status")
+RUN_LOCK_FILE = ".lock"
+# Upgrades from an older schema: MIGRATIONS[v] turns a version-v record into a version-(v + 1) one.
+# Version 1 is the first published schema, so there is nothing to upgrade yet; a record claiming an
+# older version is refused with a message naming the file (it was not written by kdbench).
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 
 class RecordError(ValueError):
     """A result record cannot be read; the message names the file and the problem."""
+
+
+class RunInProgressError(RecordError):
+    """Another live process holds the run folder's lock."""
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``run_dir`` for the block, or raise RunInProgressError at once.
+
+    ``flock`` locks belong to the open file: the kernel drops them when the holder exits or is
+    killed, so a crashed run never leaves a stale lock behind.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / RUN_LOCK_FILE
+    handle = open(path, "a+")
+    try:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            raise RunInProgressError(f"run folder {str(run_dir)!r} is in use by another process (pid {holder}); "
+                                     "wait for it to finish: a second writer would corrupt its checkpoints") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield
+    finally:
+        handle.close()  # releases the lock
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -40,9 +85,23 @@ def write_json_atomic(path: Path, data: Any) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+        _fsync_dir(path.parent)  # make the rename itself durable (power loss, not only kill -9)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory handles
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - some filesystems refuse fsync on directories
+        pass
+    finally:
+        os.close(fd)
 
 
 def library_versions() -> dict[str, str]:
@@ -60,6 +119,11 @@ def library_versions() -> dict[str, str]:
 def migrate(record: dict[str, Any], source: str) -> dict[str, Any]:
     """Bring a record to the current schema, or refuse with a message naming the file."""
     version = record.get("schema_version")
+    while isinstance(version, int) and not isinstance(version, bool) and version in MIGRATIONS:
+        record = MIGRATIONS[version](dict(record))
+        if record.get("schema_version") != version + 1:
+            raise RecordError(f"{source}: migration from schema_version {version} did not produce {version + 1}")
+        version = version + 1
     if version == SCHEMA_VERSION:
         missing = [key for key in REQUIRED_KEYS if key not in record]
         if missing:
@@ -70,6 +134,10 @@ def migrate(record: dict[str, Any], source: str) -> dict[str, Any]:
     if isinstance(version, int) and version > SCHEMA_VERSION:
         raise RecordError(f"{source}: schema_version {version} is newer than this kdbench understands "
                           f"({SCHEMA_VERSION}); upgrade kdbench")
+    if isinstance(version, int) and not isinstance(version, bool) and version < SCHEMA_VERSION:
+        raise RecordError(f"{source}: schema_version {version} is older than the oldest this kdbench reads "
+                          f"({min([*MIGRATIONS, SCHEMA_VERSION])}) and no migration exists; re-run the cell "
+                          "to produce a current record")
     raise RecordError(f"{source}: schema_version {version!r} is not supported (current: {SCHEMA_VERSION})")
 
 

@@ -23,6 +23,10 @@ TABLES: Registry[Any] = Registry("table", "kdbench.tables")
 # Methods: name -> class.
 METHODS.register_lazy("finetune", "kdbench.methods.finetune:FineTune")
 METHODS.register_lazy("kd", "kdbench.methods.kd:HintonKD", aliases=("vanilla-kd", "hinton"))
+METHODS.register_lazy("pkd", "kdbench.methods.pkd:PatientKD", aliases=("bert-pkd",))
+METHODS.register_lazy("distilbert", "kdbench.methods.distilbert:DistilBertTask")
+METHODS.register_lazy("distilbert-pretrain", "kdbench.methods.distilbert:DistilBertPretrain",
+                      aliases=("distilbert-general",))
 METHODS.register_lazy("tinybert", "kdbench.methods.tinybert:TinyBERT")
 
 # Tasks: name -> Task instance.

@@ -1,0 +1,325 @@
+"""DistilBERT (Sanh et al., 2019; Hugging Face ``examples/research_projects/distillation``).
+
+Two methods, because the two phases have different losses, defaults and tasks:
+
+- ``distilbert-pretrain`` (general distillation, the ``corpus`` task, masked-LM head):
+  ``α_ce·T²·KL_batchmean(t/T ‖ s/T) + α_mlm·MLM + α_cos·(1 − cos(h_S, h_T))``, the KL over
+  non-padding tokens (or the masked ones only, ``restrict_ce_to_mask``), the cosine on the LAST
+  hidden layer over non-padding tokens. Defaults of the DistilBERT run: α_ce 5, α_mlm 2,
+  α_cos 1, T 2, position embeddings frozen (``--freeze_pos_embs``). Masking is dynamic (per batch,
+  :class:`MlmMasker`): 15% of the real tokens, chosen with probability ∝ count^−0.7 (counts from
+  the corpus, special tokens never chosen), then 80% ``[MASK]`` / 10% kept / 10% random token.
+  The result (run folder ``model/``) is a general student to fine-tune or distil on a task.
+- ``distilbert`` (task-specific distillation, ``run_squad_w_distillation.py``):
+  ``α_ce·T²·KL_batchmean + α_task·task loss``, defaults 0.5 / 0.5, T 2; on SQuAD the KL is the
+  average of the start and end distributions, on classification it is over the class logits.
+  Regression heads (not in the paper) use ``α_task·MSE(gold) + α_ce·MSE(teacher)``.
+
+Student initialisation (both): teacher blocks ``distilbert_init_layers(N, M)`` — round(i·(N−1)/(M−1))
+for student block i, halves up: ``[0, 2, 4, 7, 9, 11]`` for 12 → 6, ``[0, 3, 5]`` for 6 → 3 — plus
+the embeddings (``student_layers=every-other``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from kdbench.config import ConfigError
+from kdbench.errors import DataError
+from kdbench.features import HIDDEN, Features
+from kdbench.losses import (
+    distilbert_mlm_distillation_loss,
+    distilbert_span_loss,
+    distilbert_task_loss,
+    regression_kd_loss,
+    regression_mse_loss,
+)
+from kdbench.method import Batch, Method, MethodContext, ParamGroup, Stage
+from kdbench.plugins import METHODS
+from kdbench.search_space import Choice, FloatRange, SearchSpace
+from kdbench.task import HeadType
+
+IGNORE_INDEX = -100
+FROZEN_POSITION_PARAMETER = "embeddings.position_embeddings.weight"
+
+
+def _check_positive(method: str, name: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(f"{method} parameter {name}: must be > 0, got {value!r}")
+
+
+def _check_non_negative(method: str, name: str, value: float) -> None:
+    if not value >= 0:
+        raise ConfigError(f"{method} parameter {name}: must be >= 0, got {value!r}")
+
+
+# --------------------------------------------------------------------------- masking
+
+
+def count_tokens(texts: Iterable[str], tokenizer: Any, vocab_size: int, chunk: int = 1000) -> np.ndarray:
+    """How often each token id occurs in ``texts`` (no special tokens added), shape ``(vocab_size,)``.
+
+    Deterministic: the counts depend only on the texts and the tokenizer. Ids ``>= vocab_size``
+    are an error (the tokenizer does not belong to the model).
+    """
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    buffer: list[str] = []
+
+    def flush() -> None:
+        for ids in tokenizer(buffer, add_special_tokens=False)["input_ids"]:
+            if ids:
+                if max(ids) >= vocab_size:
+                    raise ConfigError(f"tokenizer produced token id {max(ids)} but the model's vocabulary has "
+                                      f"{vocab_size} entries")
+                counts[:] += np.bincount(np.asarray(ids, dtype=np.int64), minlength=vocab_size)
+        buffer.clear()
+
+    for text in texts:
+        if text.strip():
+            buffer.append(text)
+        if len(buffer) >= chunk:
+            flush()
+    if buffer:
+        flush()
+    return counts
+
+
+def read_corpus_lines(path: str | Path) -> list[str]:
+    """The non-empty lines of a UTF-8 text corpus; DataError naming the file when unreadable or empty."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise DataError(f"corpus file {str(path)!r} does not exist")
+    try:
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except UnicodeDecodeError as error:
+        raise DataError(f"corpus file {str(path)!r} is not UTF-8 text: {error}") from None
+    if not lines:
+        raise DataError(f"corpus file {str(path)!r} holds no text")
+    return lines
+
+
+def token_probabilities(counts: np.ndarray, special_ids: Sequence[int], smoothing: float = 0.7) -> Tensor:
+    """DistilBERT's masking weights ``max(count, 1)^−smoothing``, 0 for special tokens.
+
+    Unnormalised (the masker normalises over the batch's positions). ``smoothing = 0.7`` is
+    ``--mlm_smoothing`` (XLM-style emphasis on rare tokens); ``0`` gives uniform choice.
+    """
+    weights = np.maximum(np.asarray(counts, dtype=np.float64), 1.0) ** (-float(smoothing))
+    for index in special_ids:
+        if 0 <= index < len(weights):
+            weights[index] = 0.0
+    return torch.from_numpy(weights).float()
+
+
+@dataclass(frozen=True)
+class MlmMasker:
+    """Dynamic MLM masking of one collated batch, as DistilBERT's ``Distiller.prepare_batch_mlm``.
+
+    ``n = ceil(mask_prop · number of real tokens in the batch)`` positions are drawn without
+    replacement over the whole batch with probability ∝ ``token_probs[id]`` (0 for special tokens
+    and padding). Each drawn position becomes ``[MASK]`` (``word_mask``), keeps its token
+    (``word_keep``) or gets a uniformly random id in ``[0, vocab_size)`` (``word_rand``).
+    ``labels`` hold the original id at drawn positions and ``-100`` elsewhere. Uses torch's global
+    RNG (seeded by the engine); inputs are not modified.
+    """
+
+    token_probs: Tensor
+    mask_token_id: int
+    vocab_size: int
+    mask_prop: float = 0.15
+    word_mask: float = 0.8
+    word_keep: float = 0.1
+    word_rand: float = 0.1
+
+    def __call__(self, batch: Batch) -> dict[str, Tensor]:
+        input_ids = batch["input_ids"]
+        attention = batch.get("attention_mask")
+        real = torch.ones_like(input_ids, dtype=torch.bool) if attention is None else attention.bool()
+        weights = self.token_probs.to(input_ids.device)[input_ids] * real
+        flat = weights.reshape(-1)
+        candidates = int((flat > 0).sum())
+        wanted = math.ceil(self.mask_prop * int(real.sum()))
+        chosen = torch.zeros(flat.shape[0], dtype=torch.bool, device=input_ids.device)
+        if min(wanted, candidates) > 0:
+            chosen[torch.multinomial(flat / flat.sum(), min(wanted, candidates), replacement=False)] = True
+        chosen = chosen.view_as(input_ids)
+        original = input_ids[chosen]
+        kind = torch.multinomial(
+            torch.tensor([self.word_mask, self.word_keep, self.word_rand], device=input_ids.device),
+            original.shape[0], replacement=True,
+        )
+        random_ids = torch.randint_like(original, self.vocab_size)
+        replacement = torch.where(kind == 0, torch.full_like(original, self.mask_token_id),
+                                  torch.where(kind == 1, original, random_ids))
+        masked = input_ids.masked_scatter(chosen, replacement)
+        labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
+        return {**batch, "input_ids": masked, "labels": labels}
+
+
+# --------------------------------------------------------------------------- pre-training distillation
+
+
+@dataclass
+class DistilBertPretrainParams:
+    """Defaults: the DistilBERT run (README command; ``train.py`` defaults for masking and T)."""
+
+    alpha_ce: float = 5.0  # soft-target KL (x T^2)
+    alpha_mlm: float = 2.0  # masked-LM cross-entropy on the gold tokens
+    alpha_cos: float = 1.0  # cosine embedding loss on the last hidden layer
+    temperature: float = 2.0
+    restrict_ce_to_mask: bool = False  # KL over masked tokens only (default: every non-padding token)
+    mlm_mask_prop: float = 0.15
+    word_mask: float = 0.8
+    word_keep: float = 0.1
+    word_rand: float = 0.1
+    mlm_smoothing: float = 0.7  # token choice ∝ count^-mlm_smoothing
+    freeze_position_embeddings: bool = True  # README's --freeze_pos_embs
+
+    def __post_init__(self) -> None:
+        name = "distilbert-pretrain"
+        for weight in ("alpha_ce", "alpha_mlm", "alpha_cos", "word_mask", "word_keep", "word_rand", "mlm_smoothing"):
+            _check_non_negative(name, weight, getattr(self, weight))
+        _check_positive(name, "temperature", self.temperature)
+        if not 0 < self.mlm_mask_prop <= 1:
+            raise ConfigError(f"{name} parameter mlm_mask_prop: must be in (0, 1], got {self.mlm_mask_prop!r}")
+        total = self.word_mask + self.word_keep + self.word_rand
+        if not math.isclose(total, 1.0, abs_tol=1e-6):
+            raise ConfigError(f"{name} parameters word_mask + word_keep + word_rand must sum to 1, got "
+                              f"{self.word_mask} + {self.word_keep} + {self.word_rand} = {total}")
+        if self.alpha_ce + self.alpha_mlm + self.alpha_cos <= 0:
+            raise ConfigError(f"{name}: alpha_ce, alpha_mlm and alpha_cos are all 0; nothing to train")
+
+
+def trainable_without_position_embeddings(student: nn.Module, extras: nn.Module) -> list[ParamGroup]:
+    """Every trainable parameter except the student's position embeddings (kept as initialised)."""
+    params = [p for name, p in student.named_parameters()
+              if p.requires_grad and not name.endswith(FROZEN_POSITION_PARAMETER)]
+    params += [p for p in extras.parameters() if p.requires_grad]
+    return [ParamGroup(tuple(params))]
+
+
+class DistilBertPretrain(Method):
+    name = "distilbert-pretrain"
+    description = ("DistilBERT general distillation on a text corpus: 5*T^2*KL + 2*MLM + 1*cosine(last hidden), "
+                   "dynamic frequency-smoothed masking")
+    Params = DistilBertPretrainParams
+    default_student_init = "teacher"
+    default_student_layers = "every-other"  # distilbert_init_layers: [0, 2, 4, 7, 9, 11] for 12 -> 6
+
+    def search_space(self) -> SearchSpace:
+        return {"temperature": Choice((1.0, 2.0, 4.0)), "lr": FloatRange(1e-4, 1e-3, log=True)}
+
+    def validate(self, context: MethodContext) -> None:
+        if context.task.head is not HeadType.MASKED_LM:
+            raise ConfigError(f"distilbert-pretrain distils a masked LM on a text corpus (task 'corpus'), not task "
+                              f"{context.task.name!r}; for task-specific distillation use method 'distilbert'")
+        teacher = context.teacher_config
+        if teacher is None:
+            raise ConfigError("distilbert-pretrain needs a masked-LM teacher")
+        if self.params.alpha_cos > 0 and teacher.hidden_size != context.student_config.hidden_size:
+            raise ConfigError(f"distilbert-pretrain: the cosine loss compares hidden states, so student and teacher "
+                              f"need one width; student hidden_size {context.student_config.hidden_size} != teacher "
+                              f"{teacher.hidden_size} (or set alpha_cos=0)")
+        if not context.run.data.corpus:
+            raise ConfigError("distilbert-pretrain needs a text corpus: give corpus=PATH (one text per line)")
+
+    def masker(self, context: MethodContext, tokenizer: Any | None = None) -> MlmMasker:
+        """The batch masker; token counts come from ``data.corpus`` tokenised by the run's tokenizer."""
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            run = context.run
+            source = run.tokenizer or run.teacher or run.student
+            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=run.trust_remote_code)
+        if tokenizer.mask_token_id is None:
+            raise ConfigError(f"tokenizer {type(tokenizer).__name__} has no mask token; masked-LM distillation needs one")
+        vocab_size = context.student_config.vocab_size
+        p = self.params
+        counts = count_tokens(read_corpus_lines(context.run.data.corpus), tokenizer, vocab_size)
+        probs = token_probabilities(counts, tokenizer.all_special_ids, p.mlm_smoothing)
+        return MlmMasker(probs, tokenizer.mask_token_id, vocab_size, p.mlm_mask_prop, p.word_mask, p.word_keep,
+                         p.word_rand)
+
+    def stages(self, context: MethodContext) -> list[Stage]:
+        p = self.params
+
+        def loss(batch, student: Features, teacher: Features | None):
+            assert teacher is not None and student.hidden_states is not None and teacher.hidden_states is not None
+            attention = batch.get("attention_mask")
+            if attention is None:
+                attention = torch.ones_like(batch["input_ids"])
+            terms = distilbert_mlm_distillation_loss(
+                student.logits, teacher.logits, batch["labels"], student.hidden_states[-1], teacher.hidden_states[-1],
+                attention, alpha_ce=p.alpha_ce, alpha_mlm=p.alpha_mlm, alpha_cos=p.alpha_cos,
+                temperature=p.temperature, restrict_ce_to_mask=p.restrict_ce_to_mask,
+            )
+            return {name: value for name, value in terms.items() if getattr(p, f"alpha_{name}") > 0}
+
+        groups = trainable_without_position_embeddings if p.freeze_position_embeddings else None
+        return [Stage("distilbert-pretrain", loss, student_features=HIDDEN, teacher_features=HIDDEN,
+                      head=HeadType.MASKED_LM.value, prepare_batch=self.masker(context), param_groups=groups)]
+
+
+# --------------------------------------------------------------------------- task-specific distillation
+
+
+@dataclass
+class DistilBertParams:
+    """Defaults of ``run_squad_w_distillation.py``: α_ce 0.5, α_task (``alpha_squad``) 0.5, T 2."""
+
+    alpha_ce: float = 0.5  # soft-target KL (x T^2, batchmean)
+    alpha_task: float = 0.5  # the task's own loss on gold labels
+    temperature: float = 2.0
+
+    def __post_init__(self) -> None:
+        _check_non_negative("distilbert", "alpha_ce", self.alpha_ce)
+        _check_non_negative("distilbert", "alpha_task", self.alpha_task)
+        _check_positive("distilbert", "temperature", self.temperature)
+
+
+class DistilBertTask(Method):
+    name = "distilbert"
+    description = "DistilBERT task-specific distillation: 0.5*T^2*KL(batchmean) + 0.5*task loss, T=2"
+    Params = DistilBertParams
+    default_student_init = "teacher"
+    default_student_layers = "every-other"
+
+    def search_space(self) -> SearchSpace:
+        return {"alpha_ce": FloatRange(0.1, 0.9), "temperature": Choice((1.0, 2.0, 4.0)),
+                "lr": FloatRange(1e-5, 1e-4, log=True)}
+
+    def validate(self, context: MethodContext) -> None:
+        if context.task.head is HeadType.MASKED_LM:
+            raise ConfigError(f"distilbert is the task-specific distillation; on the text corpus "
+                              f"(task {context.task.name!r}) use method 'distilbert-pretrain'")
+
+    def stages(self, context: MethodContext) -> list[Stage]:
+        p, head = self.params, context.task.head
+
+        def loss(batch, student: Features, teacher: Features | None):
+            assert teacher is not None
+            if head is HeadType.CLASSIFICATION:
+                return distilbert_task_loss(student.logits, teacher.logits, batch["labels"],
+                                            p.alpha_ce, p.alpha_task, p.temperature)
+            if head is HeadType.SPAN:
+                return distilbert_span_loss(student.start_logits, student.end_logits, teacher.start_logits,
+                                            teacher.end_logits, batch["start_positions"], batch["end_positions"],
+                                            p.alpha_ce, p.alpha_task, p.temperature)
+            if head is HeadType.REGRESSION:
+                return {"ce": p.alpha_task * regression_mse_loss(student.logits, batch["labels"]),
+                        "kd": p.alpha_ce * regression_kd_loss(student.logits, teacher.logits)}
+            raise ConfigError(f"distilbert does not support task head {head.value!r}")
+
+        return [Stage("distilbert", loss)]
+
+
+METHODS.register("distilbert-pretrain", DistilBertPretrain)
+METHODS.register("distilbert", DistilBertTask)

@@ -1,0 +1,128 @@
+"""BERT-PKD: patient knowledge distillation (Sun et al., 2019; intersun/PKD-for-BERT-Model-Compression).
+
+``L = (1−α)·CE(y, z_S) + α·T²·KL_mean(z_T/T ‖ z_S/T) + β·PT`` where ``KL_mean`` is the official
+``KLDivLoss(reduction='mean')`` (mean over batch × classes, NOT batchmean) and ``PT`` is the MSE
+between the L2-normalised [CLS] vectors of student layers ``1..M−1`` and their teacher layers
+(PKD-Skip: every ``N/M``-th teacher layer; PKD-Last: the last ``M−1`` layers below the top one).
+The student's top layer is left to the KD term, as in the official code.
+
+Differences from the official code, on purpose (see ``shared/notes/reference-semantics.md``):
+
+- the PT loss is computed in the training precision (the official code casts it to fp16);
+- training data is shuffled (the released script never shuffles);
+- regression heads (STS-B, not in the paper) use ``(1−α)·MSE(gold) + α·MSE(teacher) + β·PT``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kdbench.config import ConfigError
+from kdbench.features import HIDDEN, Features
+from kdbench.layer_maps import PKD_STRATEGIES, pkd_layers
+from kdbench.losses import pkd_loss, patient_loss, regression_kd_loss
+from kdbench.method import Method, MethodContext, Stage
+from kdbench.plugins import METHODS
+from kdbench.search_space import Choice, SearchSpace
+from kdbench.task import HeadType
+from kdbench.task_loss import task_loss
+
+# The paper's grid (§4.2): every combination was tried, the best picked on dev.
+PKD_GRID = {
+    "temperature": (5.0, 10.0, 20.0),
+    "alpha": (0.2, 0.5, 0.7),
+    "beta": (10.0, 100.0, 500.0, 1000.0),
+    "lr": (1e-5, 2e-5, 5e-5),
+}
+
+
+@dataclass
+class PKDParams:
+    """Defaults: the official PKD preset (``kd.cls``): α 0.7, β 500, T 10, normalised patience.
+
+    ``teacher_layers`` (1-based, one per student layer ``1..M−1``) overrides ``strategy``.
+    """
+
+    strategy: str = "skip"  # skip | last
+    alpha: float = 0.7  # weight of the soft KD term; the hard-label CE gets 1 - alpha
+    beta: float = 500.0  # weight of the patient (PT) loss
+    temperature: float = 10.0
+    normalize: bool = True  # L2-normalise the [CLS] vectors before the PT MSE (paper form)
+    teacher_layers: list[int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.strategy not in PKD_STRATEGIES:
+            raise ConfigError(f"pkd parameter strategy: must be one of {', '.join(PKD_STRATEGIES)}, "
+                              f"got {self.strategy!r}")
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ConfigError(f"pkd parameter alpha: must be in [0, 1], got {self.alpha!r}")
+        if not self.beta >= 0:
+            raise ConfigError(f"pkd parameter beta: must be >= 0, got {self.beta!r}")
+        if not self.temperature > 0:
+            raise ConfigError(f"pkd parameter temperature: must be > 0, got {self.temperature!r}")
+
+
+class PatientKD(Method):
+    name = "pkd"
+    description = "BERT-PKD: (1-a)*CE + a*T^2*KL(mean) + b*MSE(normalised [CLS]), strategy skip|last"
+    Params = PKDParams
+    default_student_init = "teacher"  # the teacher's bottom M layers and embeddings
+    default_student_layers = "bottom"
+
+    def search_space(self) -> SearchSpace:
+        return {name: Choice(values) for name, values in PKD_GRID.items()}
+
+    def teacher_layers(self, n_teacher: int, n_student: int) -> list[int]:
+        """1-based teacher layers whose [CLS] vectors student layers ``1..M−1`` learn from."""
+        if n_student > n_teacher:
+            raise ConfigError(f"pkd: the student has {n_student} layers, more than the teacher's {n_teacher}")
+        explicit = self.params.teacher_layers
+        if explicit is None:
+            return pkd_layers(self.params.strategy, n_teacher, n_student)
+        if len(explicit) != n_student - 1:
+            raise ConfigError(f"pkd parameter teacher_layers: {explicit} needs one teacher layer per student "
+                              f"layer 1..{n_student - 1} (the top layer is left to KD), got {len(explicit)}")
+        bad = [g for g in explicit if not 1 <= g <= n_teacher]
+        if bad:
+            raise ConfigError(f"pkd parameter teacher_layers: {bad} outside the teacher's layers 1..{n_teacher}")
+        return list(explicit)
+
+    def validate(self, context: MethodContext) -> None:
+        head = context.task.head
+        if head not in (HeadType.CLASSIFICATION, HeadType.REGRESSION):
+            raise ConfigError(f"pkd supports classification and regression tasks, not task {context.task.name!r} "
+                              f"with head {head.value!r}")
+        teacher = context.teacher_config
+        if teacher is None:
+            raise ConfigError("pkd needs a teacher")
+        self.teacher_layers(teacher.num_hidden_layers, context.student_config.num_hidden_layers)
+        if self.params.beta > 0 and teacher.hidden_size != context.student_config.hidden_size:
+            raise ConfigError(f"pkd: the patient loss compares [CLS] vectors, so student and teacher need one "
+                              f"width; student hidden_size {context.student_config.hidden_size} != teacher "
+                              f"{teacher.hidden_size} (use e.g. --student teacher-3l, or beta=0)")
+
+    def stages(self, context: MethodContext) -> list[Stage]:
+        p, head = self.params, context.task.head
+        assert context.teacher_config is not None
+        n_student = context.student_config.num_hidden_layers
+        selected = self.teacher_layers(context.teacher_config.num_hidden_layers, n_student)
+        student_layers = list(range(1, n_student))  # hidden indices = 1-based layer numbers
+
+        def loss(batch, student: Features, teacher: Features | None):
+            assert teacher is not None
+            s_cls, t_cls = student.cls, teacher.cls
+            student_cls = [s_cls[j] for j in student_layers]
+            teacher_cls = [t_cls[g] for g in selected]
+            if head is HeadType.CLASSIFICATION:
+                return pkd_loss(student.logits, teacher.logits, batch["labels"], student_cls, teacher_cls,
+                                alpha=p.alpha, beta=p.beta, temperature=p.temperature, normalize=p.normalize)
+            terms = {"task": (1 - p.alpha) * task_loss(batch, student, head),
+                     "kd": p.alpha * regression_kd_loss(student.logits, teacher.logits)}
+            if student_cls:
+                terms["pt"] = p.beta * patient_loss(student_cls, teacher_cls, normalize=p.normalize)
+            return terms
+
+        return [Stage("pkd", loss, student_features=HIDDEN, teacher_features=HIDDEN)]
+
+
+METHODS.register("pkd", PatientKD)

@@ -30,11 +30,12 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from kdbench.config import ConfigError
-    from kdbench.errors import DataError
+    from kdbench.errors import DataError, TrainingOutOfMemoryError
     from kdbench.records import RecordError
     from kdbench.registry import UnknownNameError
 
-    errors: list[type[BaseException]] = [ConfigError, DataError, RecordError, UnknownNameError, FileNotFoundError]
+    errors: list[type[BaseException]] = [ConfigError, DataError, RecordError, UnknownNameError, FileNotFoundError,
+                                         TrainingOutOfMemoryError]
     try:
         from kdbench.engine import CheckpointError, NonFiniteLossError
 

@@ -42,6 +42,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
+from kdbench.cache import EXAMPLE_INDEX, CachedTeacher, TeacherCacheSession, add_index_columns
 from kdbench.capture import FeatureCapture
 from kdbench.config import ConfigError, RunConfig, save_config
 from kdbench.errors import TrainingOutOfMemoryError, is_out_of_memory
@@ -291,7 +292,8 @@ class DistillationTrainer(Trainer):
     """``Trainer`` whose loss is a method stage's loss over captured teacher/student features."""
 
     def __init__(self, *args: Any, stage: Stage, teacher: PreTrainedModel | None, teacher_order: list[int] | None,
-                 task: Task, eval_splits: list[EncodedSplit], eval_tokenizer: Any, **kwargs: Any):
+                 task: Task, eval_splits: list[EncodedSplit], eval_tokenizer: Any,
+                 cached_teacher: CachedTeacher | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.stage = stage
         self.teacher = teacher if stage.uses_teacher else None
@@ -300,7 +302,10 @@ class DistillationTrainer(Trainer):
         self.eval_splits = eval_splits
         self.eval_tokenizer = eval_tokenizer
         self.student_capture = FeatureCapture(self.model.student, stage.student_features)
-        self.teacher_capture = FeatureCapture(self.teacher, stage.teacher_features) if self.teacher else None
+        # With a teacher-output cache the teacher is never run: its features are read by example index.
+        self.cached_teacher = cached_teacher if self.teacher is not None else None
+        live = self.teacher is not None and self.cached_teacher is None
+        self.teacher_capture = FeatureCapture(self.teacher, stage.teacher_features) if live else None
         self._term_sums: dict[str, Tensor] = {}
         self._first_nonfinite: dict[str, Tensor] = {}
         self._term_steps = 0
@@ -318,7 +323,7 @@ class DistillationTrainer(Trainer):
         student_inputs = model_inputs(inputs)
         outputs = model.student(**student_inputs)
         student_features = self.student_capture.collect(outputs)
-        teacher_features = self.teacher_features(student_inputs) if self.teacher is not None else None
+        teacher_features = self.teacher_features(inputs) if self.teacher is not None else None
         terms = self.stage.loss(inputs, student_features, teacher_features)
         if not terms:
             raise RuntimeError(f"stage {self.stage.name!r} returned no loss terms")
@@ -328,21 +333,27 @@ class DistillationTrainer(Trainer):
         return (loss, outputs) if return_outputs else loss
 
     def teacher_features(self, inputs: dict[str, Tensor]) -> Features:
-        with torch.no_grad():
-            outputs = self.teacher(**inputs)
-            features = self.teacher_capture.collect(outputs)
+        if self.cached_teacher is not None:
+            features = self.cached_teacher.features(inputs[EXAMPLE_INDEX], inputs["attention_mask"])
+        else:
+            with torch.no_grad():
+                outputs = self.teacher(**model_inputs(inputs))
+                features = self.teacher_capture.collect(outputs)
         if self.teacher_order is not None and features.logits is not None:
             features.logits = features.logits[:, self.teacher_order]
         return features
 
     def _accumulate(self, terms: dict[str, Tensor]) -> None:
-        step = torch.tensor(self.state.global_step + 1)
+        # Everything stays on the loss's device: no host synchronisation per step (check_finite
+        # reads the result once per logging interval).
         for name, value in terms.items():
             value = value.detach().float()
             self._term_sums[name] = self._term_sums.get(name, 0.0) + value
-            first = self._first_nonfinite.get(name, torch.tensor(-1))
-            bad = ~torch.isfinite(value).cpu() if value.device.type != "cpu" else ~torch.isfinite(value)
-            self._first_nonfinite[name] = torch.where(bad & (first < 0), step, first)
+            step = torch.full((), self.state.global_step + 1, dtype=torch.long, device=value.device)
+            first = self._first_nonfinite.get(name)
+            if first is None:
+                first = torch.full((), -1, dtype=torch.long, device=value.device)
+            self._first_nonfinite[name] = torch.where(~torch.isfinite(value) & (first < 0), step, first)
         self._term_steps += 1
 
     def check_finite(self) -> None:
@@ -446,11 +457,16 @@ class StageResult:
     skipped: bool = False
 
 
-def training_arguments(config: RunConfig, stage: Stage, folder: Path, main_metric: str, has_eval: bool) -> TrainingArguments:
-    train = config.train
-    precision = train.precision
+def resolved_precision(config: RunConfig) -> str:
+    precision = config.train.precision
     if precision == "auto":
         precision = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
+    return precision
+
+
+def training_arguments(config: RunConfig, stage: Stage, folder: Path, main_metric: str, has_eval: bool) -> TrainingArguments:
+    train = config.train
+    precision = resolved_precision(config)
     evaluate_now = has_eval and stage.select_best
     strategy = "steps" if train.eval_steps else "epoch"
     return TrainingArguments(
@@ -480,6 +496,7 @@ def training_arguments(config: RunConfig, stage: Stage, folder: Path, main_metri
         report_to="none",
         remove_unused_columns=False,
         dataloader_num_workers=train.dataloader_workers,
+        dataloader_pin_memory=torch.cuda.is_available(),
         train_sampling_strategy="group_by_length" if train.group_by_length else "random",
         disable_tqdm=False,
         save_only_model=False,
@@ -547,6 +564,8 @@ def _execute(plan: RunPlan, run_dir: Path, callbacks: Sequence[TrainerCallback] 
     if plan.preset is not None and not (config.tokenizer or config.teacher):
         raise ConfigError(f"student preset {config.student!r} has no tokenizer of its own: give --teacher or tokenizer=NAME")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, trust_remote_code=config.trust_remote_code)
+    if plan.preset is None and tokenizer_source != config.student:
+        check_student_tokenizer(config.student, tokenizer_source, tokenizer, config.trust_remote_code)
     train_split = task.encode_train(tokenizer, config)
     eval_splits = task.encode_eval(tokenizer, config)
     if len(train_split) == 0:
@@ -564,20 +583,29 @@ def _execute(plan: RunPlan, run_dir: Path, callbacks: Sequence[TrainerCallback] 
             teacher_order = teacher_label_order(teacher, spec)
     student = build_student(plan, teacher, tokenizer)
     student.to(device)
+    if config.train.compile:  # compiles forward in place: attribute access and capture hooks keep working
+        for model in (student, teacher):
+            if model is not None:
+                model.compile()
 
     context = MethodContext(task=spec, student_config=student.config,
                             teacher_config=teacher.config if teacher is not None else None, run=config)
     method.validate(context)
+    method.initialize_student(student, teacher, context)
     extras = method.extra_modules(context).to(device)
     stages = method.stages(context)
     module = DistillationModule(student, extras)
 
     columns = [c for c in (*MODEL_INPUTS, *TRAINING_TARGETS) if c in train_split.features.column_names]
-    train_dataset = train_split.features.select_columns(columns)
+    train_dataset = add_index_columns(train_split.features.select_columns(columns))
+    teacher_cache = None
+    if teacher is not None and method.requires_teacher:
+        teacher_cache = TeacherCacheSession.from_run(config, teacher, train_dataset, DataCollatorWithPadding(tokenizer),
+                                                     device, spec.head.value, resolved_precision(config))
     stage_results = []
     for index, stage in enumerate(stages):
         stage_results.append(_run_stage(index, stage, module, teacher, teacher_order, task, train_dataset,
-                                        eval_splits, tokenizer, config, run_dir, callbacks))
+                                        eval_splits, tokenizer, config, run_dir, callbacks, teacher_cache))
 
     metrics = evaluate_student(student, task, eval_splits, tokenizer, config.train.eval_batch_size) if eval_splits else {}
     model_dir = run_dir / "model"
@@ -592,7 +620,25 @@ def _execute(plan: RunPlan, run_dir: Path, callbacks: Sequence[TrainerCallback] 
                  **{f"{s.name}_rows": len(s) for s in eval_splits},
                  **{f"{s.name}_skipped_rows": s.skipped_rows for s in eval_splits}},
         "model_dir": str(model_dir),
+        "teacher_cache": teacher_cache.summary() if teacher_cache is not None else None,
     }
+
+
+def check_student_tokenizer(student: str, source: str, tokenizer: Any, trust_remote_code: bool) -> None:
+    """A student checkpoint that ships its own tokenizer must use the run's (teacher's) vocabulary:
+    the same text must give the same ids, or the student's embeddings read the wrong tokens."""
+    try:
+        own = AutoTokenizer.from_pretrained(student, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError):  # no tokenizer of its own: it is trained with the run's
+        return
+    ours, theirs = tokenizer.get_vocab(), own.get_vocab()
+    if ours == theirs:
+        return
+    differing = sorted(set(ours.items()) ^ set(theirs.items()), key=lambda item: item[1])[:3]
+    examples = ", ".join(f"{token!r}: {source} id {ours.get(token)}, student id {theirs.get(token)}"
+                         for token, _ in differing)
+    raise ConfigError(f"student {student!r} has a different tokenizer than {source!r} ({len(theirs)} vs "
+                      f"{len(ours)} tokens; e.g. {examples}); teacher and student must share one vocabulary")
 
 
 def build_student(plan: RunPlan, teacher: PreTrainedModel | None, tokenizer: Any) -> PreTrainedModel:
@@ -631,7 +677,8 @@ def build_student(plan: RunPlan, teacher: PreTrainedModel | None, tokenizer: Any
 def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: PreTrainedModel | None,
                teacher_order: list[int] | None, task: Task, train_dataset: Any, eval_splits: list[EncodedSplit],
                tokenizer: Any, config: RunConfig, run_dir: Path,
-               callbacks: Sequence[TrainerCallback] = ()) -> StageResult:
+               callbacks: Sequence[TrainerCallback] = (),
+               teacher_cache: TeacherCacheSession | None = None) -> StageResult:
     folder = run_dir / "stages" / f"{index}-{stage.name}"
     done = folder / STAGE_DONE
     if done.is_file():
@@ -660,6 +707,7 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
         task=task,
         eval_splits=eval_splits,
         eval_tokenizer=tokenizer,
+        cached_teacher=teacher_cache.for_stage(stage) if teacher_cache is not None and stage.uses_teacher else None,
     )
     started = time.perf_counter()
     try:

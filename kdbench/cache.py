@@ -1,0 +1,454 @@
+"""Content-addressed on-disk cache of teacher outputs.
+
+A teacher's outputs on a training set depend only on (teacher weights, tokenized dataset, maximum
+length, augmentation, precision). Their hash names a folder under ``$KDBENCH_CACHE_DIR`` (default
+``~/.cache/kdbench/teacher-outputs``); every run, stage, method and sweep cell that distils the same
+teacher on the same data reads the same folder, and any change of an input gives a new folder (an
+old one is never reused by mistake, and never rewritten in place).
+
+Inside a folder, each field is one ``.npy`` array whose first axis is the example index (the
+``kd_index`` column the engine adds to the training set), so rows line up with shuffled,
+length-grouped batches:
+
+- small fields, always cached: ``logits`` (N, C) and span ``start_logits``/``end_logits``
+  (N, max_length);
+- large fields, cached only when they fit ``budget_mb``: ``hidden_states`` (N, layers+1,
+  max_length, d) — [CLS] vectors are their first token — and pre-softmax ``attention_scores``
+  (N, layers, heads, max_length, max_length), stored in float32.
+
+Fields with a sequence axis are computed on batches padded to ``max_length`` and sliced to a
+batch's padded length on lookup. Padded keys carry -10000 (scores) or zero probability, so the
+value at a real position does not depend on how far a batch is padded; positions past an
+example's end hold what the teacher computes there (the same as a live forward, up to float
+rounding).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kdbench.config import ConfigError
+
+CACHE_ENV = "KDBENCH_CACHE_DIR"
+EXAMPLE_INDEX = "kd_index"  # training-set column: the row's position in the cached arrays
+LENGTH_COLUMN = "length"  # training-set column read by Trainer's group_by_length sampler
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+
+SMALL_FIELDS = ("logits", "start_logits", "end_logits")
+LARGE_FIELDS = ("hidden_states", "attention_scores")
+SEQUENCE_FIELDS = {"start_logits": (1,), "end_logits": (1,), "hidden_states": (2,), "attention_scores": (3, 4)}
+MODEL_INPUT_COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def default_cache_root() -> Path:
+    chosen = os.environ.get(CACHE_ENV)
+    if chosen:
+        return Path(chosen).expanduser()
+    return Path("~/.cache/kdbench/teacher-outputs").expanduser()
+
+
+# ---------------------------------------------------------------------------------------------
+# Fingerprints
+# ---------------------------------------------------------------------------------------------
+def teacher_fingerprint(model: Any) -> str:
+    """SHA-256 of the model class and every parameter and buffer (name, dtype, shape, bytes).
+
+    The folder a model was loaded from does not enter: the same weights copied elsewhere hit the
+    same cache, and a fine-tuned copy at the same path misses it.
+    """
+    import torch
+
+    digest = hashlib.sha256(type(model).__name__.encode())
+    with torch.no_grad():
+        for name, tensor in sorted(model.state_dict().items()):
+            value = tensor.detach().cpu().contiguous()
+            digest.update(f"{name}|{value.dtype}|{tuple(value.shape)}".encode())
+            digest.update(value.view(torch.uint8).numpy().tobytes() if value.numel() else b"")
+    return digest.hexdigest()
+
+
+def dataset_fingerprint(dataset: Any, columns: Iterable[str] = MODEL_INPUT_COLUMNS) -> str:
+    """SHA-256 of the token columns of a ``datasets.Dataset`` in row order (ids, masks, types)."""
+    import pyarrow.compute as pc
+
+    if getattr(dataset, "_indices", None) is not None:
+        dataset = dataset.flatten_indices()
+    table = dataset.data.table if hasattr(dataset.data, "table") else dataset.data
+    digest = hashlib.sha256(f"rows={dataset.num_rows}".encode())
+    for name in columns:
+        if name not in dataset.column_names:
+            continue
+        column = table.column(name).combine_chunks()
+        lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False).astype(np.int64)
+        values = pc.list_flatten(column).to_numpy(zero_copy_only=False).astype(np.int64)
+        digest.update(name.encode())
+        digest.update(lengths.tobytes())
+        digest.update(values.tobytes())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """Everything a cached teacher output depends on."""
+
+    teacher: str  # teacher_fingerprint
+    dataset: str  # dataset_fingerprint of the tokenized training set
+    max_length: int
+    augmentation: str = "none"  # e.g. the augmentation recipe and its seed; "none" for original data
+    precision: str = "fp32"  # the teacher's compute precision (bf16 outputs differ from fp32)
+
+    def digest(self) -> str:
+        canonical = json.dumps({"format": FORMAT_VERSION, **asdict(self)}, sort_keys=True)
+        return hashlib.sha256(canonical.encode()).hexdigest()[:24]
+
+
+# ---------------------------------------------------------------------------------------------
+# Store
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class TeacherOutputCache:
+    """One content-addressed folder of teacher outputs."""
+
+    root: Path
+    key: CacheKey
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.root) / self.key.digest()
+
+    def manifest(self) -> dict[str, Any]:
+        path = self.folder / MANIFEST
+        if not path.is_file():
+            return {"key": asdict(self.key), "fields": {}}
+        return json.loads(path.read_text())
+
+    def has(self, name: str) -> bool:
+        entry = self.manifest()["fields"].get(name)
+        return entry is not None and (self.folder / entry["file"]).is_file()
+
+    def load(self, name: str, *, mmap: bool = False) -> np.ndarray:
+        entry = self.manifest()["fields"].get(name)
+        if entry is None:
+            raise KeyError(f"teacher cache {self.folder} holds no field {name!r}")
+        array = np.load(self.folder / entry["file"], mmap_mode="r" if mmap else None)
+        if list(array.shape) != entry["shape"]:
+            raise ValueError(f"teacher cache file {self.folder / entry['file']} has shape {list(array.shape)}, "
+                             f"manifest says {entry['shape']} (truncated write?)")
+        return array
+
+    def write(self, arrays: Mapping[str, np.ndarray], seconds: float) -> None:
+        """Add fields atomically: each array goes to a temporary file renamed into place, then the
+        manifest is rewritten the same way, so a reader sees a field complete or not at all."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        manifest = self.manifest()
+        for name, array in arrays.items():
+            file_name = f"{name}.npy"
+            temporary = self.folder / f".{file_name}.{os.getpid()}.tmp"
+            with temporary.open("wb") as handle:
+                np.save(handle, np.ascontiguousarray(array))
+            os.replace(temporary, self.folder / file_name)
+            manifest["fields"][name] = {"file": file_name, "shape": list(array.shape), "dtype": str(array.dtype),
+                                        "bytes": int(array.nbytes), "seconds": round(seconds, 3)}
+        temporary = self.folder / f".{MANIFEST}.{os.getpid()}.tmp"
+        temporary.write_text(json.dumps(manifest, indent=1))
+        os.replace(temporary, self.folder / MANIFEST)
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning: which fields a stage needs, and whether they may be cached
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class CachePlan:
+    """What one stage reads from the cache (``fields``), or why it runs the teacher (``reason``)."""
+
+    stage: str
+    source: str  # "cache" or "live"
+    fields: tuple[str, ...] = ()
+    reason: str = ""
+    hit: bool = False  # every field was already on disk before this stage
+    precompute_seconds: float = 0.0
+    bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def output_fields(head: str) -> tuple[str, ...]:
+    """The small output fields of a task head; empty when the outputs are not small (masked LM)."""
+    if head in ("classification", "regression"):
+        return ("logits",)
+    if head == "span":
+        return ("start_logits", "end_logits")
+    return ()
+
+
+def estimate_large_bytes(request: Any, num_rows: int, max_length: int, teacher_config: Any) -> dict[str, int]:
+    """Bytes the large fields of ``request`` would take on disk (float32)."""
+    layers = int(teacher_config.num_hidden_layers)
+    sizes: dict[str, int] = {}
+    if request.hidden_states:
+        sizes["hidden_states"] = num_rows * (layers + 1) * max_length * int(teacher_config.hidden_size) * 4
+    if request.attention_scores or request.attention_probs:
+        heads = int(teacher_config.num_attention_heads)
+        sizes["attention_scores"] = num_rows * layers * heads * max_length * max_length * 4
+    return sizes
+
+
+def plan_stage(stage_name: str, request: Any, head: str, *, enabled: bool, transforms_batch: bool,
+               num_rows: int, max_length: int, teacher_config: Any, budget_mb: float) -> CachePlan:
+    if not enabled:
+        return CachePlan(stage_name, "live", reason="teacher_cache=false")
+    if transforms_batch:
+        return CachePlan(stage_name, "live", reason="the stage changes its batches (prepare_batch) before the teacher sees them")
+    fields = output_fields(head)
+    if not fields:
+        return CachePlan(stage_name, "live", reason=f"head {head!r} has no small output to cache")
+    if request.any:
+        sizes = estimate_large_bytes(request, num_rows, max_length, teacher_config)
+        total = sum(sizes.values())
+        if total > budget_mb * 2**20:
+            return CachePlan(stage_name, "live", reason=f"intermediate features need {total / 2**20:.1f} MB "
+                                                        f"> teacher_cache_budget_mb={budget_mb:g}; recomputed")
+        fields = (*fields, *sizes)
+    return CachePlan(stage_name, "cache", fields=fields)
+
+
+# ---------------------------------------------------------------------------------------------
+# Filling the cache: one teacher pass over the training set
+# ---------------------------------------------------------------------------------------------
+def compute_teacher_outputs(teacher: Any, dataset: Any, collate: Any, fields: tuple[str, ...], *, batch_size: int,
+                            max_length: int, device: Any, autocast_dtype: Any = None) -> dict[str, np.ndarray]:
+    """Run ``teacher`` (eval, no grad) over ``dataset`` and return the requested fields by row.
+
+    Rows are visited sorted by length so batches carry little padding; fields with a sequence axis
+    are computed on batches padded to ``max_length``.
+    """
+    import torch
+
+    from kdbench.capture import FeatureCapture
+    from kdbench.features import FeatureRequest
+
+    want_sequences = any(name in SEQUENCE_FIELDS for name in fields)
+    request = FeatureRequest(hidden_states="hidden_states" in fields, attention_scores="attention_scores" in fields)
+    columns = [c for c in MODEL_INPUT_COLUMNS if c in dataset.column_names]
+    rows = dataset.select_columns(columns).to_list()  # one conversion, not one per row
+    lengths = np.asarray([len(row["input_ids"]) for row in rows])
+    order = np.argsort(-lengths, kind="stable")
+    out: dict[str, np.ndarray] = {}
+    was_training = teacher.training
+    teacher.eval()
+    capture = FeatureCapture(teacher, request)
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                chosen = order[start:start + batch_size]
+                batch = collate([rows[i] for i in chosen])
+                if want_sequences:
+                    batch = _pad_to(batch, max_length)
+                batch = {k: v.to(device) for k, v in batch.items()}
+                context = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else _null()
+                with context:
+                    result = teacher(**batch)
+                features = capture.collect(result)
+                for name in fields:
+                    value = _field_value(features, name)
+                    array = value.float().cpu().numpy()
+                    if name not in out:
+                        out[name] = np.zeros((len(order), *array.shape[1:]), dtype=np.float32)
+                    out[name][chosen] = array
+    finally:
+        capture.remove()
+        teacher.train(was_training)
+    return out
+
+
+def _field_value(features: Any, name: str) -> Any:
+    import torch
+
+    if name in ("hidden_states", "attention_scores"):
+        return torch.stack(getattr(features, name), dim=1)
+    value = getattr(features, name)
+    if value is None:
+        raise ValueError(f"the teacher's outputs have no {name!r}")
+    return value
+
+
+def _pad_to(batch: dict[str, Any], length: int) -> dict[str, Any]:
+    import torch
+
+    padded = {}
+    for key, value in batch.items():
+        if value.dim() == 2 and value.shape[1] < length:
+            value = torch.nn.functional.pad(value, (0, length - value.shape[1]), value=0)
+        padded[key] = value
+    return padded
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading: teacher features of a batch by example index
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class CachedTeacher:
+    """Teacher features looked up by example index instead of computed.
+
+    Small fields live as tensors on the training device (lookups stay on the device: no host sync
+    per step); large fields stay memory-mapped on disk and are gathered per batch.
+    """
+
+    tensors: dict[str, Any]
+    mapped: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, cache: TeacherOutputCache, fields: tuple[str, ...], device: Any) -> CachedTeacher:
+        import torch
+
+        tensors, mapped = {}, {}
+        for name in fields:
+            if name in LARGE_FIELDS:
+                mapped[name] = cache.load(name, mmap=True)
+            else:
+                tensors[name] = torch.from_numpy(cache.load(name)).to(device)
+        return cls(tensors, mapped)
+
+    def features(self, index: Any, attention_mask: Any) -> Any:
+        import torch
+
+        from kdbench.features import Features
+
+        length = attention_mask.shape[1]
+        found: dict[str, Any] = {}
+        for name, table in self.tensors.items():
+            value = table.index_select(0, index.to(table.device))
+            found[name] = value[:, :length] if name in SEQUENCE_FIELDS else value
+        if self.mapped:
+            rows = index.cpu().numpy()
+            for name, table in self.mapped.items():
+                value = np.asarray(table[rows])
+                value = value[:, :, :length] if name == "hidden_states" else value[:, :, :, :length, :length]
+                found[name] = torch.from_numpy(np.ascontiguousarray(value)).to(attention_mask.device)
+        features = Features(logits=found.get("logits"), start_logits=found.get("start_logits"),
+                            end_logits=found.get("end_logits"), attention_mask=attention_mask)
+        if "hidden_states" in found:
+            features.hidden_states = tuple(found["hidden_states"].unbind(1))
+        if "attention_scores" in found:
+            features.attention_scores = tuple(found["attention_scores"].unbind(1))
+            features.attention_probs = tuple(torch.softmax(s, dim=-1) for s in features.attention_scores)
+        return features
+
+
+def prepare_cached_teacher(plan: CachePlan, cache: TeacherOutputCache, teacher: Any, dataset: Any, collate: Any, *,
+                           batch_size: int, max_length: int, device: Any, autocast_dtype: Any = None) -> CachedTeacher:
+    """Fill the missing fields of ``plan`` (one teacher pass), then open them for lookup."""
+    if plan.source != "cache":
+        raise ConfigError(f"stage {plan.stage!r} does not read the teacher cache ({plan.reason})")
+    missing = tuple(name for name in plan.fields if not cache.has(name))
+    plan.hit = not missing
+    if missing:
+        started = time.perf_counter()
+        arrays = compute_teacher_outputs(teacher, dataset, collate, missing, batch_size=batch_size,
+                                         max_length=max_length, device=device, autocast_dtype=autocast_dtype)
+        plan.precompute_seconds = round(time.perf_counter() - started, 3)
+        cache.write(arrays, plan.precompute_seconds)
+    manifest = cache.manifest()["fields"]
+    plan.bytes = int(sum(manifest[name]["bytes"] for name in plan.fields))
+    return CachedTeacher.open(cache, plan.fields, device)
+
+
+# ---------------------------------------------------------------------------------------------
+# The engine's view: one session per run, one plan per stage
+# ---------------------------------------------------------------------------------------------
+def add_index_columns(dataset: Any) -> Any:
+    """Add ``kd_index`` (row position: the row of the cached arrays) and ``length`` (token count, read
+    by Trainer's ``group_by_length`` sampler instead of a pass over every row) to a training set."""
+    import pyarrow.compute as pc
+
+    if getattr(dataset, "_indices", None) is not None:
+        dataset = dataset.flatten_indices()
+    table = dataset.data.table if hasattr(dataset.data, "table") else dataset.data
+    if EXAMPLE_INDEX not in dataset.column_names:
+        dataset = dataset.add_column(EXAMPLE_INDEX, list(range(dataset.num_rows)))
+    if LENGTH_COLUMN not in dataset.column_names:
+        lengths = pc.list_value_length(table.column("input_ids")).to_pylist()
+        dataset = dataset.add_column(LENGTH_COLUMN, lengths)
+    return dataset
+
+
+@dataclass
+class TeacherCacheSession:
+    """Decides, per stage, whether teacher features come from the cache, and fills it when needed.
+
+    The teacher and dataset fingerprints are computed once per run, on the first stage that can use
+    the cache; ``summary()`` is what the run record stores under ``teacher_cache``.
+    """
+
+    teacher: Any
+    dataset: Any
+    collate: Any
+    device: Any
+    head: str
+    max_length: int
+    batch_size: int
+    precision: str  # resolved: fp32, bf16 or fp16
+    enabled: bool = True
+    budget_mb: float = 0.0
+    augmentation: str = "none"
+    root: Path = field(default_factory=default_cache_root)
+    plans: list[CachePlan] = field(default_factory=list)
+    _cache: TeacherOutputCache | None = None
+
+    @classmethod
+    def from_run(cls, run: Any, teacher: Any, dataset: Any, collate: Any, device: Any, head: str,
+                 precision: str) -> TeacherCacheSession:
+        return cls(teacher=teacher, dataset=dataset, collate=collate, device=device, head=head,
+                   max_length=run.train.max_seq_length, batch_size=run.train.eval_batch_size, precision=precision,
+                   enabled=run.train.teacher_cache, budget_mb=run.train.teacher_cache_budget_mb)
+
+    def cache(self) -> TeacherOutputCache:
+        if self._cache is None:
+            key = CacheKey(teacher=teacher_fingerprint(self.teacher), dataset=dataset_fingerprint(self.dataset),
+                           max_length=self.max_length, augmentation=self.augmentation, precision=self.precision)
+            self._cache = TeacherOutputCache(self.root, key)
+        return self._cache
+
+    def for_stage(self, stage: Any) -> CachedTeacher | None:
+        """Cached features for ``stage``, or None when it must run the teacher."""
+        import torch
+
+        plan = plan_stage(stage.name, stage.teacher_features, self.head, enabled=self.enabled,
+                          transforms_batch=stage.prepare_batch is not None, num_rows=self.dataset.num_rows,
+                          max_length=self.max_length, teacher_config=self.teacher.config, budget_mb=self.budget_mb)
+        self.plans.append(plan)
+        if plan.source != "cache":
+            return None
+        autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
+        return prepare_cached_teacher(plan, self.cache(), self.teacher, self.dataset, self.collate,
+                                      batch_size=self.batch_size, max_length=self.max_length, device=self.device,
+                                      autocast_dtype=autocast)
+
+    def summary(self) -> dict[str, Any]:
+        used = any(plan.source == "cache" for plan in self.plans)
+        return {
+            "enabled": self.enabled,
+            "budget_mb": self.budget_mb,
+            "folder": str(self._cache.folder) if used and self._cache else None,
+            "key": asdict(self._cache.key) if used and self._cache else None,
+            "stages": [plan.to_dict() for plan in self.plans],
+        }

@@ -25,6 +25,8 @@ EXIT_FAILED = 1
 # module level, so ``kdbench --help`` and ``kdbench list`` stay fast.
 COMMAND_MODULES: tuple[str, ...] = (
     "kdbench.tasks.corpus",
+    "kdbench.sweep",
+    "kdbench.tuning",
 )
 
 

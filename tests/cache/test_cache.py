@@ -1,0 +1,201 @@
+"""Teacher-output cache: keys change with every input, cached features equal live ones by index."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pytest
+import torch
+from transformers import BertConfig, BertForSequenceClassification, DataCollatorWithPadding
+
+from kdbench import cache as C
+from kdbench.capture import FeatureCapture
+from kdbench.features import HIDDEN, NO_FEATURES, FeatureRequest
+from kdbench.method import Stage
+
+
+def _tiny_teacher(seed: int = 0) -> BertForSequenceClassification:
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=37, max_position_embeddings=64, num_labels=3)
+    return BertForSequenceClassification(config).eval()
+
+
+class _Tokenizer:
+    """Just enough of a tokenizer for DataCollatorWithPadding (pad id 0, right padding)."""
+
+    pad_token_id = 0
+    padding_side = "right"
+    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
+
+    def pad(self, features, padding=True, max_length=None, pad_to_multiple_of=None, return_tensors="pt", **_):
+        width = max(len(f["input_ids"]) for f in features)
+        out: dict[str, list] = {}
+        for f in features:
+            for key, value in f.items():
+                if isinstance(value, list):
+                    value = value + [0] * (width - len(value))
+                out.setdefault(key, []).append(value)
+        return {k: torch.tensor(v) for k, v in out.items()}
+
+
+def _dataset(lengths: list[int], seed: int = 0) -> datasets.Dataset:
+    rng = np.random.default_rng(seed)
+    ids = [[2, *rng.integers(5, 50, size=n - 2).tolist(), 3] for n in lengths]
+    return datasets.Dataset.from_dict({
+        "input_ids": ids,
+        "attention_mask": [[1] * len(x) for x in ids],
+        "token_type_ids": [[0] * len(x) for x in ids],
+        "labels": [i % 3 for i in range(len(ids))],
+    })
+
+
+def _session(tmp_path: Path, teacher, dataset, **kwargs) -> C.TeacherCacheSession:
+    values = dict(teacher=teacher, dataset=C.add_index_columns(dataset), collate=DataCollatorWithPadding(_Tokenizer()),
+                  device=torch.device("cpu"), head="classification", max_length=24, batch_size=4, precision="fp32",
+                  root=tmp_path)
+    values.update(kwargs)
+    return C.TeacherCacheSession(**values)
+
+
+LENGTHS = [5, 12, 7, 24, 9, 3, 16, 11, 6, 20]
+
+
+def test_index_and_length_columns():
+    data = C.add_index_columns(_dataset(LENGTHS))
+    assert data[C.EXAMPLE_INDEX] == list(range(len(LENGTHS)))
+    assert data[C.LENGTH_COLUMN] == LENGTHS
+
+
+def test_key_changes_with_every_input():
+    base = C.CacheKey(teacher="t", dataset="d", max_length=64, augmentation="none", precision="fp32")
+    digests = {base.digest()}
+    for change in (dict(teacher="t2"), dict(dataset="d2"), dict(max_length=128), dict(augmentation="tinybert-20x"),
+                   dict(precision="bf16")):
+        digests.add(replace(base, **change).digest())
+    assert len(digests) == 6
+    assert replace(base).digest() == base.digest()
+
+
+def test_fingerprints_follow_content_not_identity():
+    teacher, same = _tiny_teacher(0), _tiny_teacher(0)
+    assert C.teacher_fingerprint(teacher) == C.teacher_fingerprint(same)
+    with torch.no_grad():
+        same.classifier.bias[0] += 1e-3
+    assert C.teacher_fingerprint(teacher) != C.teacher_fingerprint(same)
+
+    data = _dataset(LENGTHS)
+    assert C.dataset_fingerprint(data) == C.dataset_fingerprint(_dataset(LENGTHS))
+    # extra columns (labels, index) do not matter; a token, a row or the row order does
+    assert C.dataset_fingerprint(data) == C.dataset_fingerprint(C.add_index_columns(data))
+    changed = data.map(lambda row, i: {"input_ids": [row["input_ids"][0] + (i == 4), *row["input_ids"][1:]]},
+                       with_indices=True)
+    assert C.dataset_fingerprint(changed) != C.dataset_fingerprint(data)
+    assert C.dataset_fingerprint(data.select(range(9))) != C.dataset_fingerprint(data)
+    assert C.dataset_fingerprint(data.select(list(range(10))[::-1])) != C.dataset_fingerprint(data)
+
+
+def test_plan_small_fields_cached_large_ones_within_budget_only():
+    config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
+    common = dict(enabled=True, transforms_batch=False, num_rows=100, max_length=16, teacher_config=config)
+    assert C.plan_stage("kd", NO_FEATURES, "classification", budget_mb=0, **common).fields == ("logits",)
+    assert C.plan_stage("qa", NO_FEATURES, "span", budget_mb=0, **common).fields == ("start_logits", "end_logits")
+    hidden_bytes = 100 * 3 * 16 * 32 * 4  # rows * (layers + 1) * length * width * float32
+    assert C.estimate_large_bytes(HIDDEN, 100, 16, config) == {"hidden_states": hidden_bytes}
+    live = C.plan_stage("hidden", HIDDEN, "classification", budget_mb=0.5, **common)
+    assert live.source == "live" and "0.6 MB" in live.reason
+    cached = C.plan_stage("hidden", HIDDEN, "classification", budget_mb=1, **common)
+    assert cached.source == "cache" and cached.fields == ("logits", "hidden_states")
+    assert C.plan_stage("mlm", NO_FEATURES, "masked-lm", budget_mb=0, **common).source == "live"
+    masked = C.plan_stage("kd", NO_FEATURES, "classification", budget_mb=0, **{**common, "transforms_batch": True})
+    assert masked.source == "live" and "prepare_batch" in masked.reason
+    assert C.plan_stage("kd", NO_FEATURES, "classification", budget_mb=0, **{**common, "enabled": False}).source == "live"
+
+
+def _live(teacher, batch, request):
+    capture = FeatureCapture(teacher, request)
+    with torch.no_grad():
+        features = capture.collect(teacher(**{k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}))
+    capture.remove()
+    return features
+
+
+@pytest.mark.parametrize("request_", [NO_FEATURES, FeatureRequest(hidden_states=True, attention_scores=True)])
+def test_cached_features_equal_live_ones_on_shuffled_batches(tmp_path, request_):
+    teacher = _tiny_teacher()
+    session = _session(tmp_path, teacher, _dataset(LENGTHS), budget_mb=10)
+    cached = session.for_stage(Stage("s", loss=None, teacher_features=request_))
+    assert session.plans[0].source == "cache" and not session.plans[0].hit
+    collate = DataCollatorWithPadding(_Tokenizer())
+    for rows in ([3, 0, 7], [5, 8, 1, 2], [9]):  # a shuffled, dynamically padded batch
+        batch = collate([session.dataset[i] for i in rows])
+        got = cached.features(batch[C.EXAMPLE_INDEX], batch["attention_mask"])
+        want = _live(teacher, batch, request_)
+        torch.testing.assert_close(got.logits, want.logits, atol=1e-5, rtol=1e-5)
+        if request_.any:
+            mask = batch["attention_mask"].bool()
+            for g, w in zip(got.hidden_states, want.hidden_states, strict=True):
+                torch.testing.assert_close(g[mask], w[mask], atol=1e-5, rtol=1e-5)
+            for g, w in zip(got.attention_scores, want.attention_scores, strict=True):
+                rows_real = mask[:, None, :, None] & torch.ones_like(g, dtype=torch.bool)
+                torch.testing.assert_close(g[rows_real], w[rows_real], atol=1e-4, rtol=1e-5)
+            torch.testing.assert_close(got.attention_probs[0], torch.softmax(got.attention_scores[0], -1))
+
+
+def test_reused_when_inputs_equal_recomputed_when_any_changes(tmp_path, monkeypatch):
+    teacher, data = _tiny_teacher(), _dataset(LENGTHS)
+    stage = Stage("kd", loss=None)
+    first = _session(tmp_path, teacher, data)
+    logits = first.for_stage(stage).tensors["logits"].clone()
+    folder = first.summary()["folder"]
+    manifest = json.loads((Path(folder) / C.MANIFEST).read_text())
+    assert manifest["fields"]["logits"]["shape"] == [len(LENGTHS), 3]
+
+    calls = []
+    real = C.compute_teacher_outputs
+    monkeypatch.setattr(C, "compute_teacher_outputs", lambda *a, **k: calls.append(1) or real(*a, **k))
+    again = _session(tmp_path, _tiny_teacher(), _dataset(LENGTHS))  # equal content, other objects
+    torch.testing.assert_close(again.for_stage(stage).tensors["logits"], logits)
+    assert calls == [] and again.plans[0].hit and again.summary()["folder"] == folder
+
+    other_teacher = _tiny_teacher(1)
+    other_data = _dataset(LENGTHS, seed=1)
+    for session in (_session(tmp_path, other_teacher, data), _session(tmp_path, teacher, other_data),
+                    _session(tmp_path, teacher, data, max_length=32), _session(tmp_path, teacher, data, augmentation="x"),
+                    _session(tmp_path, teacher, data, precision="bf16")):
+        session.for_stage(stage)
+        assert not session.plans[0].hit and session.summary()["folder"] != folder
+    assert len(calls) == 5
+
+
+def test_truncated_cache_file_is_an_error(tmp_path):
+    session = _session(tmp_path, _tiny_teacher(), _dataset(LENGTHS))
+    session.for_stage(Stage("kd", loss=None))
+    path = Path(session.summary()["folder"]) / "logits.npy"
+    np.save(path, np.zeros((3, 3), dtype=np.float32))
+    with pytest.raises(ValueError, match="truncated"):
+        session.cache().load("logits")
+
+
+@pytest.mark.integration
+def test_kd_run_records_and_reuses_the_cache(tmp_path, tiny_teacher, shared_data, monkeypatch):
+    """A real kd run on SST-2 text: the record says what was cached; a second run (other seed) hits."""
+    from kdbench.config import build_run_config
+    from kdbench.engine import run_experiment
+
+    monkeypatch.setenv(C.CACHE_ENV, str(tmp_path / "cache"))
+    values = {"method": "kd", "task": "sst2", "teacher": str(tiny_teacher), "student": str(tiny_teacher),
+              "data_dir": str(shared_data), "output": str(tmp_path / "runs"), "max_train_samples": "64",
+              "max_eval_samples": "32", "epochs": "1", "max_seq_length": "32", "batch_size": "16"}
+    records = []
+    for seed in ("1", "2"):
+        run_dir = run_experiment(build_run_config({**values, "seed": seed}))
+        records.append(json.loads((run_dir / "result.json").read_text()))
+    first, second = (r["teacher_cache"] for r in records)
+    assert first["stages"][0]["source"] == "cache" and first["stages"][0]["fields"] == ["logits"]
+    assert not first["stages"][0]["hit"] and second["stages"][0]["hit"]
+    assert first["folder"] == second["folder"] and first["key"]["max_length"] == 32

@@ -24,6 +24,9 @@ EXIT_FAILED = 1
 # adds one sub-parser with ``set_defaults(handler=...)``. Those modules must import nothing heavy at
 # module level, so ``kdbench --help`` and ``kdbench list`` stay fast.
 COMMAND_MODULES: tuple[str, ...] = (
+    "kdbench.tables",
+    "kdbench.measure",
+    "kdbench.plots",
     "kdbench.tasks.corpus",
     "kdbench.sweep",
     "kdbench.tuning",

@@ -4,8 +4,8 @@ Nothing here needs trained weights: counts are analytic (BERT family) or taken f
 PyTorch's ``meta`` device (any architecture); timings use randomly initialised weights, which run
 exactly as fast as trained ones.
 
-Conventions (checked against the papers' numbers in ``tests/tables/test_measure.py``)
--------------------------------------------------------------------------------------
+Conventions (checked against the papers' numbers in ``tests/measure/test_measure.py``)
+--------------------------------------------------------------------------------------
 **Parameters.** ``ParamCount.total`` is every parameter of the bare encoder (``BertModel``):
 embeddings (word + position + token type + LayerNorm), all Transformer layers and the pooler; no
 task head. ``non_embedding`` leaves the embedding block out. BERT-base (12 x 768, FFN 3072, vocab
@@ -46,9 +46,10 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-import torch
+if TYPE_CHECKING:  # torch is imported inside the functions: ``kdbench --help`` must not load it
+    import torch
 
 __all__ = [
     "BERT_BASE", "TINYBERT_4L_312", "bert_config", "as_config", "ParamCount", "count_params",
@@ -122,8 +123,8 @@ def count_params(config: Any, *, teacher_hidden: int | None = None, pooler: bool
     Non-BERT model types are counted on the meta device (``count_params_meta``)."""
     cfg = as_config(config)
     if getattr(cfg, "model_type", "bert") != "bert":
-        total = count_params_meta(cfg)
-        return ParamCount(total, 0, total, 0, 0, total)
+        total, embeddings = _count_meta(cfg)
+        return ParamCount(total, embeddings, total - embeddings, 0, 0, total)
     layers, d, ff, vocab, positions, types = _dims(cfg)
     embeddings = (vocab + positions + types) * d + 2 * d
     per_layer = 4 * (d * d + d) + 2 * d + (d * ff + ff) + (ff * d + d) + 2 * d
@@ -134,6 +135,7 @@ def count_params(config: Any, *, teacher_hidden: int | None = None, pooler: bool
 
 
 def _meta_model(cfg, attn: str | None = "eager"):
+    import torch
     from transformers import AutoModel
 
     cfg = as_config(cfg)
@@ -143,11 +145,18 @@ def _meta_model(cfg, attn: str | None = "eager"):
         return AutoModel.from_config(cfg)
 
 
+def _count_meta(config: Any) -> tuple[int, int]:
+    """(all parameters, parameters of the ``embeddings`` block) of the model built on the meta device."""
+    model = _meta_model(config, attn=None)
+    total = sum(p.numel() for p in model.parameters())
+    embeddings = getattr(model, "embeddings", None)
+    return total, (sum(p.numel() for p in embeddings.parameters()) if embeddings is not None else 0)
+
+
 def count_params_meta(config: Any) -> int:
     """Parameters of ``AutoModel.from_config(config)`` built on the meta device (no memory, no
     weights); works for every architecture transformers knows (DistilBERT, MobileBERT, ...)."""
-    model = _meta_model(config, attn=None)
-    return sum(p.numel() for p in model.parameters())
+    return _count_meta(config)[0]
 
 
 def flops_per_example(config: Any, seq_len: int = 128, *, pooler: bool = True) -> int:
@@ -165,6 +174,7 @@ def flops_per_example(config: Any, seq_len: int = 128, *, pooler: bool = True) -
 def count_flops_torch(config: Any, seq_len: int = 128, batch_size: int = 1) -> int:
     """FLOPs per example counted by ``torch.utils.flop_counter.FlopCounterMode`` while the real
     ``AutoModel`` runs on the meta device with eager attention."""
+    import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     model = _meta_model(config).eval()
@@ -190,6 +200,8 @@ def measure_latency(config: Any, *, seq_len: int = 128, batch_size: int = 1, war
 
     Returns ``median_ms`` / ``mean_ms`` / ``std_ms`` per batch, ``per_example_ms`` and
     ``throughput`` (examples per second, from the median), plus the settings used."""
+    import torch
+
     device = torch.device(device) if device is not None else torch.device("cpu")
     old_threads = torch.get_num_threads()
     if threads:
@@ -305,8 +317,54 @@ def attach_measurements(runs, *, seq_len: int = 128, teacher: Any | None = None,
     return df
 
 
+def add_command(subparsers) -> None:
+    parser = subparsers.add_parser("measure", help="parameters, FLOPs, latency/throughput and speed-up of "
+                                                   "model configs (no weights needed)")
+    parser.add_argument("models", nargs="+", help=f"{' | '.join(NAMED_CONFIGS)} | config.json | model or run folder")
+    parser.add_argument("--teacher", help="teacher for the speed-up and the W_h projection (same forms)")
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--latency", action="store_true", help="also time the models on this machine")
+    parser.add_argument("--batch-size", type=int, default=1, help="latency batch (default 1)")
+    parser.add_argument("--large-batch", type=int, default=32, help="throughput / speed-up batch (default 32)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default=None, help="cpu (default), cuda, cuda:1, ...")
+    parser.add_argument("--check-torch", action="store_true",
+                        help="also count FLOPs with torch.utils.flop_counter and print both")
+    parser.set_defaults(handler=cmd_measure)
+
+
+#: Names ``kdbench measure`` accepts besides files and folders.
+NAMED_CONFIGS: dict[str, dict[str, Any]] = {"bert-base": BERT_BASE, "tinybert-4l-312": TINYBERT_4L_312}
+
+
+def _resolve(name: str) -> Any:
+    if name.lower() in NAMED_CONFIGS:
+        return NAMED_CONFIGS[name.lower()]
+    if not Path(name).exists():
+        from kdbench.config import ConfigError
+
+        raise ConfigError(f"model {name!r}: not a known name ({', '.join(NAMED_CONFIGS)}) nor an existing "
+                          "config.json / model folder")
+    return name
+
+
+def cmd_measure(args) -> int:
+    teacher = _resolve(args.teacher) if args.teacher else None
+    for name in args.models:
+        result = measure(_resolve(name), teacher=teacher, seq_len=args.seq_len, time_it=args.latency,
+                         latency_batch=args.batch_size, throughput_batch=args.large_batch, repeats=args.repeats,
+                         warmup=1, device=args.device)
+        if args.check_torch:
+            result["flops_billions_torch"] = count_flops_torch(_resolve(name), args.seq_len) / 1e9
+        print(json.dumps({"model": name, **{k: (round(v, 4) if isinstance(v, float) else v)
+                                             for k, v in result.items()}}))
+    return 0
+
+
 def _main() -> None:  # python -m kdbench.measure  (prints the reference figures)
     import argparse
+
+    import torch
 
     p = argparse.ArgumentParser(description="Parameters, FLOPs and CPU speed-up of TinyBERT-4L-312 vs BERT-base")
     p.add_argument("--seq-len", type=int, default=128)

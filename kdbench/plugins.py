@@ -44,3 +44,10 @@ STUDENTS.register_lazy("bert-4l-768", "kdbench.students:BERT_4L_768")
 STUDENTS.register_lazy("bert-3l-768", "kdbench.students:BERT_3L_768")
 for _layers in (2, 3, 4, 6):
     STUDENTS.register_lazy(f"teacher-{_layers}l", f"kdbench.students:TEACHER_{_layers}L")
+
+# Tables: name -> spec (results/tables/<name>.yaml), loaded by kdbench.tables on first use.
+for _table in ("tinybert-v5-table1", "tinybert-v5-table2", "tinybert-v5-table3", "tinybert-v5-table4",
+               "tinybert-v5-table6", "mobilebert-table4", "mobilebert-table5", "mobilebert-table8",
+               "mobilebert-table9", "distilbert-table1", "distilbert-table1-early", "pkd-table1", "pkd-table2",
+               "cross-method"):
+    TABLES.register_lazy(_table, f"kdbench.tables:{_table.replace('-', '_')}")

@@ -1,0 +1,125 @@
+"""Trade-off plots of the cross-method table: per task, dev score against latency and against size.
+
+``kdbench plot --runs DIR --out DIR`` writes ``<task>.png`` and ``<task>.svg`` per task: two panels,
+score vs latency (batch 1, measured on this machine) and score vs parameters (millions), one point
+per (method, student) of the runs (mean over seeds), the Pareto front (no other point is both
+faster/smaller and better) drawn as a step line with its points ringed. ``--no-latency`` skips the
+timing (the latency panel then says so).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["pareto_front", "tradeoff_frame", "plot_tradeoffs", "add_command"]
+
+STAT_KEYS = ("params_millions", "flops_billions", "speedup_x", "latency_ms")
+
+
+def pareto_front(xs: Sequence[float], ys: Sequence[float]) -> list[int]:
+    """Indices of the points no other point dominates, for *lower x* and *higher y* being better,
+    sorted by x. A point is dominated when another has x <= and y >= with one strictly better."""
+    points = [(x, y, i) for i, (x, y) in enumerate(zip(xs, ys)) if not (math.isnan(x) or math.isnan(y))]
+    front = []
+    for x, y, i in points:
+        dominated = any((ox <= x and oy >= y) and (ox < x or oy > y) for ox, oy, _ in points)
+        if not dominated:
+            front.append((x, y, i))
+    return [i for _, _, i in sorted(front)]
+
+
+def tradeoff_frame(runs: Any, *, latency: bool = True, measurer=None):
+    """One row per (method, student, task): ``score`` (mean dev score over seeds), ``params_millions``,
+    ``flops_billions`` and (with ``latency``) ``latency_ms`` at batch 1, from the cross-method table."""
+    import pandas as pd
+
+    from kdbench.tables import Measurer, build_table, load_spec
+
+    spec = load_spec("cross-method")
+    measurer = measurer or Measurer(seq_len=spec.seq_len, latency=latency)
+    table = build_table(spec, runs, measurer=measurer)
+    stat_keys = {"Avg (ours)", *STAT_KEYS}
+    rows = []
+    keys = sorted({k for k, _ in table.measured})
+    for method, student in keys:
+        stats = {s: table.measured[((method, student), s)].mean for s in STAT_KEYS
+                 if ((method, student), s) in table.measured}
+        for (row_key, header), value in table.measured.items():
+            if row_key != (method, student) or header in stat_keys:
+                continue
+            rows.append({"method": method, "student": student, "task": header, "score": value.mean,
+                         "std": value.std, "seeds": value.n, **stats})
+    return pd.DataFrame(rows)
+
+
+def plot_tradeoffs(frame, out_dir: str | Path, *, title_prefix: str = "") -> list[Path]:
+    """Write ``<task>.png`` and ``<task>.svg`` per task of ``frame`` (see ``tradeoff_frame``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    if frame is None or len(frame) == 0:
+        return written
+    for task, group in frame.groupby("task", sort=False):
+        group = group.reset_index(drop=True)
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+        for ax, column, xlabel in ((axes[0], "latency_ms", "latency, batch 1 (ms, this machine)"),
+                                   (axes[1], "params_millions", "parameters (millions)")):
+            if column not in group or group[column].isna().all():
+                ax.text(0.5, 0.5, f"no {column} measured", ha="center", va="center", transform=ax.transAxes)
+                ax.set_xlabel(xlabel)
+                continue
+            xs = group[column].astype(float).tolist()
+            ys = group["score"].astype(float).tolist()
+            front = pareto_front(xs, ys)
+            for i, row in group.iterrows():
+                err = row["std"] if isinstance(row.get("std"), float) and not math.isnan(row["std"]) else None
+                ax.errorbar(xs[i], ys[i], yerr=err, fmt="o", capsize=3, label=f"{row['method']} ({row['student']})")
+                ax.annotate(row["method"], (xs[i], ys[i]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+            if front:
+                fx = [xs[i] for i in front]
+                fy = [ys[i] for i in front]
+                ax.step(fx, fy, where="post", color="black", linestyle="--", linewidth=1, label="Pareto front")
+                ax.scatter(fx, fy, s=160, facecolors="none", edgecolors="red", linewidths=1.5, zorder=3)
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(f"{task} dev score")
+            ax.grid(True, alpha=0.3)
+        handles, labels = axes[1].get_legend_handles_labels() if axes[1].lines or axes[1].collections \
+            else axes[0].get_legend_handles_labels()
+        if handles:
+            fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
+        fig.suptitle(f"{title_prefix}{task}: dev score vs latency and size (red rings: Pareto front)")
+        fig.tight_layout(rect=(0, 0.12, 1, 0.95))
+        stem = task.replace(" ", "_").replace("/", "-")
+        for suffix in ("png", "svg"):
+            path = out / f"{stem}.{suffix}"
+            fig.savefig(path, dpi=120)
+            written.append(path)
+        plt.close(fig)
+    return written
+
+
+def cmd_plot(args) -> int:
+    frame = tradeoff_frame(args.runs, latency=not args.no_latency)
+    if len(frame) == 0:
+        print("no completed runs with task metrics under " + ", ".join(args.runs))
+        return 0
+    for path in plot_tradeoffs(frame, args.out):
+        print(path)
+    return 0
+
+
+def add_command(subparsers) -> None:
+    parser = subparsers.add_parser("plot", help="per task: dev score vs latency and vs parameters, Pareto front "
+                                                "marked (PNG and SVG)")
+    parser.add_argument("--runs", action="append", required=True, help="folder of result records (repeatable)")
+    parser.add_argument("--out", default="plots", help="output folder (default: plots)")
+    parser.add_argument("--no-latency", action="store_true", help="do not time the models (no latency panel)")
+    parser.set_defaults(handler=cmd_plot)

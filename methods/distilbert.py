@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,7 +32,6 @@ import torch
 from torch import Tensor, nn
 
 from kdbench.config import ConfigError
-from kdbench.errors import DataError
 from kdbench.features import HIDDEN, Features
 from kdbench.losses import (
     distilbert_mlm_distillation_loss,
@@ -64,46 +62,34 @@ def _check_non_negative(method: str, name: str, value: float) -> None:
 # --------------------------------------------------------------------------- masking
 
 
-def count_tokens(texts: Iterable[str], tokenizer: Any, vocab_size: int, chunk: int = 1000) -> np.ndarray:
-    """How often each token id occurs in ``texts`` (no special tokens added), shape ``(vocab_size,)``.
+def count_tokens(texts: Iterable[str], tokenizer: Any, vocab_size: int, max_length: int | None = None,
+                 chunk: int = 1000) -> np.ndarray:
+    """How often each token id occurs in ``texts``, shape ``(vocab_size,)``.
 
-    Deterministic: the counts depend only on the texts and the tokenizer. Ids ``>= vocab_size``
-    are an error (the tokenizer does not belong to the model).
+    Each text is tokenised as the ``corpus`` task feeds it to the model (special tokens added,
+    truncated at ``max_length`` when given), so the counts are those of the training tokens, as
+    DistilBERT's ``token_counts.py`` counts its binarised training data. Deterministic. An id
+    ``>= vocab_size`` is an error (the tokenizer does not belong to the model).
     """
     counts = np.zeros(vocab_size, dtype=np.int64)
-    buffer: list[str] = []
+    batch: list[str] = []
 
     def flush() -> None:
-        for ids in tokenizer(buffer, add_special_tokens=False)["input_ids"]:
-            if ids:
-                if max(ids) >= vocab_size:
-                    raise ConfigError(f"tokenizer produced token id {max(ids)} but the model's vocabulary has "
-                                      f"{vocab_size} entries")
-                counts[:] += np.bincount(np.asarray(ids, dtype=np.int64), minlength=vocab_size)
-        buffer.clear()
+        encoded = tokenizer(batch, truncation=max_length is not None, max_length=max_length)["input_ids"]
+        ids = np.fromiter((i for row in encoded for i in row), dtype=np.int64)
+        if ids.size and ids.max() >= vocab_size:
+            raise ConfigError(f"the tokenizer produced token id {int(ids.max())} but the model's vocabulary has "
+                              f"{vocab_size} entries")
+        counts[:] += np.bincount(ids, minlength=vocab_size)
+        batch.clear()
 
     for text in texts:
-        if text.strip():
-            buffer.append(text)
-        if len(buffer) >= chunk:
+        batch.append(text)
+        if len(batch) >= chunk:
             flush()
-    if buffer:
+    if batch:
         flush()
     return counts
-
-
-def read_corpus_lines(path: str | Path) -> list[str]:
-    """The non-empty lines of a UTF-8 text corpus; DataError naming the file when unreadable or empty."""
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise DataError(f"corpus file {str(path)!r} does not exist")
-    try:
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except UnicodeDecodeError as error:
-        raise DataError(f"corpus file {str(path)!r} is not UTF-8 text: {error}") from None
-    if not lines:
-        raise DataError(f"corpus file {str(path)!r} holds no text")
-    return lines
 
 
 def token_probabilities(counts: np.ndarray, special_ids: Sequence[int], smoothing: float = 0.7) -> Tensor:
@@ -232,18 +218,21 @@ class DistilBertPretrain(Method):
             raise ConfigError("distilbert-pretrain needs a text corpus: give corpus=PATH (one text per line)")
 
     def masker(self, context: MethodContext, tokenizer: Any | None = None) -> MlmMasker:
-        """The batch masker; token counts come from ``data.corpus`` tokenised by the run's tokenizer."""
+        """The batch masker. Token counts come from the lines the ``corpus`` task trains on
+        (``data.corpus``, first ``max_train_samples`` lines) tokenised by the run's tokenizer."""
+        from kdbench.tasks.corpus import read_corpus
+
+        run = context.run
         if tokenizer is None:
             from transformers import AutoTokenizer
 
-            run = context.run
             source = run.tokenizer or run.teacher or run.student
             tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=run.trust_remote_code)
         if tokenizer.mask_token_id is None:
             raise ConfigError(f"tokenizer {type(tokenizer).__name__} has no mask token; masked-LM distillation needs one")
-        vocab_size = context.student_config.vocab_size
-        p = self.params
-        counts = count_tokens(read_corpus_lines(context.run.data.corpus), tokenizer, vocab_size)
+        p, vocab_size = self.params, context.student_config.vocab_size
+        lines = read_corpus(run.data.corpus, run.data.max_train_samples).lines
+        counts = count_tokens(lines, tokenizer, vocab_size, max_length=run.train.max_seq_length)
         probs = token_probabilities(counts, tokenizer.all_special_ids, p.mlm_smoothing)
         return MlmMasker(probs, tokenizer.mask_token_id, vocab_size, p.mlm_mask_prop, p.word_mask, p.word_keep,
                          p.word_rand)

@@ -28,6 +28,7 @@ METHODS.register_lazy("distilbert", "kdbench.methods.distilbert:DistilBertTask")
 METHODS.register_lazy("distilbert-pretrain", "kdbench.methods.distilbert:DistilBertPretrain",
                       aliases=("distilbert-general",))
 METHODS.register_lazy("tinybert", "kdbench.methods.tinybert:TinyBERT")
+METHODS.register_lazy("tinybert-general", "kdbench.methods.tinybert:TinyBERTGeneral")
 
 # Tasks: name -> Task instance.
 for _name in ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "mnli-mm", "qnli", "rte", "wnli", "ax"):

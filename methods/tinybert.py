@@ -293,6 +293,21 @@ class TinyBERT(Method):
         return Stage("prediction", loss, uses_teacher=uses_teacher, epochs=p.prediction_epochs, lr=p.prediction_lr)
 
 
+@dataclass
+class TinyBERTGeneralParams(TinyBERTParams):
+    """``tinybert`` parameters with ``mode=general`` as the default."""
+
+    mode: str = "general"
+
+
+class TinyBERTGeneral(TinyBERT):
+    """General distillation as its own name (for sweeps): ``tinybert`` with ``mode=general``."""
+
+    name = "tinybert-general"
+    description = "TinyBERT general distillation: intermediate losses only, on a corpus, pre-trained teacher"
+    Params = TinyBERTGeneralParams
+
+
 def _sum_pairs(pairs: Sequence[LayerMatch], term: Any) -> Tensor:
     total: Tensor | None = None
     for match in pairs:
@@ -303,5 +318,6 @@ def _sum_pairs(pairs: Sequence[LayerMatch], term: Any) -> Tensor:
 
 
 METHODS.register("tinybert", TinyBERT)
+METHODS.register("tinybert-general", TinyBERTGeneral)
 
-__all__ = ["TinyBERT", "TinyBERTParams", "MODES", "PROJECTIONS"]
+__all__ = ["TinyBERT", "TinyBERTGeneral", "TinyBERTParams", "TinyBERTGeneralParams", "MODES", "PROJECTIONS"]

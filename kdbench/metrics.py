@@ -231,26 +231,50 @@ def max_over_golds(metric: Any, prediction: str, golds: Sequence[str]) -> float:
     return max(metric(prediction, gold) for gold in golds)
 
 
-def squad_gold_answers(dataset: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> dict[str, list[str]]:
+def squad_gold_answers(dataset: Sequence[Mapping[str, Any]] | Mapping[str, Any],
+                       version: str = "2.0") -> dict[str, list[str]]:
     """``{question_id: [gold answer texts]}`` from SQuAD JSON ``data`` (or the whole JSON object).
 
-    Unanswerable questions (no gold answers / ``is_impossible``) get ``[""]`` as the v2.0 script does.
+    ``version="1.1"``: every answer text, as the v1.1 script reads them. ``version="2.0"``: answers
+    whose normalised text is empty are dropped and a question left with none gets ``[""]`` (no
+    answer), as the v2.0 script does.
     """
     articles = dataset["data"] if isinstance(dataset, Mapping) else dataset
     golds: dict[str, list[str]] = {}
     for article in articles:
         for paragraph in article["paragraphs"]:
             for qa in paragraph["qas"]:
+                if version.startswith("1"):
+                    golds[qa["id"]] = [a["text"] for a in qa.get("answers", [])]
+                    continue
                 texts = [a["text"] for a in qa.get("answers", []) if normalize_answer(a["text"])]
-                if qa.get("is_impossible") or not texts:
-                    texts = [""]
-                golds[qa["id"]] = texts
+                golds[qa["id"]] = texts or [""]
     return golds
+
+
+def squad_has_answer(dataset: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> dict[str, bool]:
+    """``{question_id: bool(answers)}``: the v2.0 script's HasAns/NoAns split (by the raw answer list)."""
+    articles = dataset["data"] if isinstance(dataset, Mapping) else dataset
+    return {qa["id"]: bool(qa.get("answers")) for article in articles
+            for paragraph in article["paragraphs"] for qa in paragraph["qas"]}
+
+
+def f1_score_v1(prediction: str, gold: str) -> float:
+    """Token F1 in [0, 1] exactly as the v1.1 script: 0 when no token is shared (also both empty)."""
+    pred_tokens = normalize_answer(prediction).split()
+    gold_tokens = normalize_answer(gold).split()
+    common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision = same / len(pred_tokens)
+    recall = same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
 
 
 def squad_v1(golds: Mapping[str, Sequence[str]], predictions: Mapping[str, str]) -> dict[str, float]:
     """Official v1.1 scores: unanswered questions count as wrong. Returns ``exact_match``, ``f1``
-    and ``em`` (= ``exact_match``), 0-100."""
+    and ``em`` (= ``exact_match``), 0-100. ``golds`` as :func:`squad_gold_answers` with ``version="1.1"``."""
     if not golds:
         raise ValueError("no gold questions to score")
     em = f1 = 0.0
@@ -258,7 +282,7 @@ def squad_v1(golds: Mapping[str, Sequence[str]], predictions: Mapping[str, str])
         if qid not in predictions:
             continue
         em += max_over_golds(exact_match_score, predictions[qid], answers)
-        f1 += max_over_golds(f1_score, predictions[qid], answers)
+        f1 += max_over_golds(f1_score_v1, predictions[qid], answers)
     em = 100.0 * em / len(golds)
     f1 = 100.0 * f1 / len(golds)
     return {"exact_match": em, "em": em, "f1": f1}
@@ -308,18 +332,29 @@ def _best_threshold(predictions: Mapping[str, str], scores: Mapping[str, float],
 
 
 def squad_v2(golds: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
-             na_probs: Mapping[str, float] | None = None, na_prob_threshold: float = 1.0) -> dict[str, float]:
+             na_probs: Mapping[str, float] | None = None, na_prob_threshold: float = 1.0,
+             has_answer: Mapping[str, bool] | None = None) -> dict[str, float]:
     """Official v2.0 scores (0-100): ``exact``/``em``/``exact_match``, ``f1``, ``total``,
     ``has_ans_*``/``no_ans_*`` (when present) and, with ``na_probs``, ``best_exact``/``best_em``,
     ``best_f1`` and their thresholds (``best_exact_thresh``, ``best_f1_thresh``, ``best_threshold``).
 
     An empty prediction string means "no answer". Without ``na_probs`` every question has
-    na_prob 0 (so the threshold changes nothing), as in the official script.
+    na_prob 0 (so the threshold changes nothing), as in the official script. ``has_answer`` is the
+    HasAns/NoAns split (:func:`squad_has_answer`, the script's ``bool(qa["answers"])``); by default
+    a question whose golds are ``[""]`` is NoAns. Deviation: the official script leaves questions
+    with no prediction out of the total (and crashes on the HasAns/NoAns split); here they score 0.
+    The best-threshold search walks questions in the order of ``na_probs`` (stable sort by value),
+    as the script does.
     """
     if not golds:
         raise ValueError("no gold questions to score")
-    has_answer = {qid: any(normalize_answer(x) for x in answers) for qid, answers in golds.items()}
-    probs = {qid: float(na_probs.get(qid, 0.0)) if na_probs else 0.0 for qid in golds}
+    if has_answer is None:
+        has_answer = {qid: any(normalize_answer(x) for x in answers) for qid, answers in golds.items()}
+    else:
+        has_answer = {qid: bool(has_answer[qid]) for qid in golds}
+    order = [q for q in na_probs if q in golds] if na_probs else []
+    order += [q for q in golds if not na_probs or q not in na_probs]
+    probs = {qid: float(na_probs.get(qid, 0.0)) if na_probs else 0.0 for qid in order}
     exact_raw, f1_raw = _raw_scores(golds, predictions)
     # Unanswered questions (missing from predictions) score 0, as "no prediction".
     exact_all = {qid: exact_raw.get(qid, 0.0) for qid in golds}

@@ -1,0 +1,263 @@
+"""Paper tables: every named table renders from the published numbers alone, the printed averages
+recompute from their rows, runs land on the right rows, cells aggregate seeds as documented."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kdbench import tables
+from kdbench.plugins import TABLES
+from kdbench.registry import UnknownNameError
+from kdbench.tables import MISSING, TableError, TableSpec, build_table, load_spec, recompute_averages, render
+
+SHARED_TABLES = Path(__file__).resolve().parents[3] / "shared" / "paper_tables"
+NAMED = ["tinybert-v5-table1", "tinybert-v5-table2", "tinybert-v5-table3", "tinybert-v5-table4",
+         "tinybert-v5-table6", "mobilebert-table4", "mobilebert-table5", "mobilebert-table8", "mobilebert-table9",
+         "distilbert-table1", "distilbert-table1-early", "pkd-table1", "pkd-table2"]
+
+
+def test_registry_lists_every_spec():
+    assert sorted(TABLES.names()) == sorted(tables.table_names()) == sorted(NAMED + ["cross-method"])
+    assert TABLES.get("pkd-table2").description.startswith("BERT-PKD Table 2")
+
+
+@pytest.mark.parametrize("name", NAMED)
+def test_renders_from_published_alone(name):
+    spec = load_spec(name)
+    table = build_table(name, None)
+    published = tables.load_published(spec.published)
+    n_paper_rows = sum(1 for r in spec.rows if r.model is not None)
+    paper_rows = [r for r in table.rows if r[1] == "paper"]
+    ours_rows = [r for r in table.rows if r[1] == "ours"]
+    assert len(paper_rows) == n_paper_rows and len(ours_rows) == len(spec.rows)
+    assert all(cell == MISSING for r in ours_rows for cell in r[2:])  # measured columns empty
+    # every printed cell is the CSV's value as printed (with † when uncertain); nothing becomes 0
+    for row_spec, row in zip([r for r in spec.rows if r.model is not None], paper_rows):
+        for col, cell in zip(spec.columns, row[2:]):
+            hit = published[(published.model == row_spec.model) & (published.task == col.task)
+                            & (published.metric == col.metric)]
+            if row_spec.setting:
+                hit = hit[hit.setting == row_spec.setting]
+            if hit.empty:
+                assert cell == MISSING
+            else:
+                assert cell == hit.iloc[0]["printed"] + ("†" if hit.iloc[0]["uncertain"] else "")
+    for fmt in tables.FORMATS:
+        text = render(table, fmt)
+        assert paper_rows[0][0].replace("_", "\\_" if fmt == "latex" else "_") in text
+
+
+def test_tinybert_table1_known_cells():
+    table = build_table("tinybert-v5-table1")
+    row = next(r for r in table.rows if r[0] == "TinyBERT4" and r[1] == "paper")
+    assert row[2:] == ["14.5", "1.2", "9.4", "82.5", "81.8", "71.3†", "87.7", "92.6", "44.1", "80.4†", "86.4†",
+                       "66.6", "77.0"]
+    pkd6 = next(r for r in table.rows if r[0] == "BERT6-PKD" and r[1] == "paper")
+    assert pkd6[table.header.index("CoLA")] == MISSING and pkd6[table.header.index("Avg")] == MISSING
+
+
+AVERAGED = [n for n in NAMED if load_spec(n).average is not None and load_spec(n).average.recompute]
+
+
+@pytest.mark.parametrize("name", AVERAGED)
+def test_published_averages_recompute_from_rows(name):
+    spec = load_spec(name)
+    results = recompute_averages(spec)
+    assert results, f"{name}: no printed average found"
+    checked = [r for r in results if r["recomputed"] is not None]
+    assert checked
+    for r in checked:
+        if r["model"] in spec.average.known_mismatches:
+            assert r["agrees"] is False, f"{name}/{r['model']}: listed as a known mismatch but recomputes"
+        else:
+            assert r["agrees"], f"{name}/{r['model']}: printed {r['printed']} vs recomputed {r['recomputed']:.3f}"
+
+
+def test_average_conventions_pinned():
+    by_model = {r["model"]: r for r in recompute_averages(load_spec("tinybert-v5-table1"))}
+    # 9 columns, MNLI-m and -mm both: (83.9+83.4+71.1+90.9+93.4+52.8+85.2+87.5+67.0)/9
+    assert by_model["BERT_BASE (Teacher)"]["recomputed"] == pytest.approx(715.2 / 9)
+    assert "BERT6-PKD" not in by_model  # the paper prints no average (CoLA/STS-B missing)
+    assert len(by_model) == 9 and all(r["agrees"] for r in by_model.values())
+    abl = {r["model"]: r for r in recompute_averages(load_spec("tinybert-v5-table2"))}
+    assert abl["TinyBERT4"]["recomputed"] == pytest.approx((82.8 + 82.9 + 85.8 + 50.8) / 4)  # 75.6 in v5
+    early = {r["model"]: r for r in recompute_averages(load_spec("distilbert-table1-early"))}
+    # macro-score: 9 columns incl. WNLI, MNLI matched only
+    assert early["DistilBERT"]["recomputed"] == pytest.approx(691.2 / 9)
+    later = {r["model"]: r for r in recompute_averages(load_spec("distilbert-table1"))}
+    assert later["BERT-base"]["agrees"] is False and later["BERT-base"]["recomputed"] == pytest.approx(717.5 / 9)
+    assert load_spec("mobilebert-table4").average.recompute is False  # leaderboard score, not a row mean
+
+
+@pytest.mark.skipif(not SHARED_TABLES.is_dir(), reason="shared/paper_tables not present")
+def test_published_copies_match_shared_sources():
+    ours = sorted(p.name for p in tables.published_dir().glob("*.csv"))
+    theirs = sorted(p.name for p in SHARED_TABLES.glob("*.csv"))
+    assert ours == theirs
+    for name in ours:
+        assert (tables.published_dir() / name).read_bytes() == (SHARED_TABLES / name).read_bytes(), name
+    frame = tables.load_published()
+    assert {"source", "uncertain", "note"} <= set(frame.columns)
+    assert frame["uncertain"].dtype == bool and frame["uncertain"].any()
+
+
+# --- runs onto rows ---------------------------------------------------------------------------------
+
+
+def _cell(table, row, header, source="ours"):
+    r = next(r for r in table.rows if r[0] == row and r[1] == source)
+    return r[table.header.index(header)]
+
+
+def test_selectors_labels_specificity_and_seeds(run, runs_frame):
+    full = dict(mapping="uniform", no_embd=False, no_attn=False, no_hidn=False, no_trm=False, no_pred=False)
+    runs = runs_frame(
+        run("tinybert", "mnli", {"acc": 80.0, "acc_mm": 81.0}, seed=1, method_params=full),
+        run("tinybert", "mnli", {"acc": 82.0, "acc_mm": 83.0}, seed=2, method_params=full),
+        # same seed twice (a sweep): the best dev score of seed 2 is kept
+        run("tinybert", "mnli", {"acc": 70.0, "acc_mm": 70.0}, seed=2, method_params=full),
+        run("tinybert", "mrpc", {"acc": 85.0, "f1": 89.0}, method_params=full),
+        run("tinybert", "cola", {"mcc": 40.0}, method_params=full),
+        run("tinybert", "mnli", {"acc": 75.0, "acc_mm": 76.0}, method_params={**full, "no_attn": True}),
+        run("kd", "mnli", {"acc": 60.0}, label="wo-hidn"),  # a label wins over everything
+        run("tinybert", "cola", {"mcc": 99.0}, status="failed", method_params=full),
+        run("pkd", "mnli", {"acc": 1.0}),  # matches no row
+    )
+    table = build_table("tinybert-v5-table3", runs)
+    assert _cell(table, "TinyBERT4", "MNLI-m") == "81.0 ± 1.4"  # seeds 80 and 82: mean 81, sample std 1.41
+    assert _cell(table, "TinyBERT4", "MNLI-mm") == "82.0 ± 1.4"
+    assert _cell(table, "TinyBERT4", "MRPC") == "85.0"  # MRPC accuracy in the ablation tables
+    assert _cell(table, "TinyBERT4", "CoLA") == "40.0"  # the failed 99.0 never enters
+    assert _cell(table, "TinyBERT4", "Avg") == f"{(81 + 82 + 85 + 40) / 4:.1f}"
+    assert _cell(table, "w/o Attn", "MNLI-m") == "75.0" and _cell(table, "w/o Attn", "Avg") == MISSING
+    assert _cell(table, "w/o Hidn", "MNLI-m") == "60.0"
+    assert _cell(table, "w/o Embd", "MNLI-m") == MISSING
+    notes = " ".join(table.notes)
+    assert "1 failed run(s)" in notes and "1 completed run(s) match no row" in notes and "pkd/mnli" in notes
+    m = table.measured[("TinyBERT4", "MNLI-m")]
+    assert (m.n, m.mean) == (2, 81.0) and m.std == pytest.approx(2 ** 0.5)
+
+
+def test_equal_specificity_is_an_error(run, runs_frame):
+    runs = runs_frame(run("tinybert", "mnli", {"acc": 1.0}, method_params={"no_attn": True, "no_hidn": True}))
+    with pytest.raises(TableError, match="matches rows .*wo-attn.*wo-hidn.*label"):
+        build_table("tinybert-v5-table3", runs)
+
+
+def test_teacher_role_students_list_and_distilbert_macro_score(run, runs_frame, tmp_path):
+    teacher_dir = tmp_path / "finetune-teacher"
+    (teacher_dir / "model").mkdir(parents=True)
+    tasks = {"cola": {"mcc": 50.0}, "mnli": {"acc": 80.0, "acc_mm": 81.0}, "mrpc": {"f1": 88.0, "acc": 84.0},
+             "qnli": {"acc": 90.0}, "qqp": {"acc": 89.0, "f1": 85.0}, "rte": {"acc": 65.0}, "sst2": {"acc": 92.0},
+             "stsb": {"spearman": 86.0, "pearson": 87.0}}
+    rows = [run("finetune", t, m, student="bert-base", run_dir=str(teacher_dir)) for t, m in tasks.items()]
+    rows.append(run("distilbert", "sst2", {"acc": 90.0}, student="bert-6l-768", teacher=str(teacher_dir / "model")))
+    table = build_table("distilbert-table1", runs_frame(*rows))
+    assert _cell(table, "BERT-base", "SST-2") == "92.0"
+    assert _cell(table, "BERT-base", "Score") == MISSING  # WNLI not run: the 9-task macro-score needs it
+    rows.append(run("finetune", "wnli", {"acc": 56.0}, student="bert-base", run_dir=str(teacher_dir)))
+    table = build_table("distilbert-table1", runs_frame(*rows))
+    expected = (50 + 80 + 88 + 90 + 89 + 65 + 92 + 86 + 56) / 9  # MNLI matched only, QQP acc, MRPC F1
+    assert _cell(table, "BERT-base", "Score") == f"{expected:.1f}"
+    pkd = build_table("pkd-table1", runs_frame(run("pkd", "rte", {"acc": 60.0}, student="teacher-3l")))
+    assert _cell(pkd, "BERT3-PKD", "RTE") == "60.0"
+
+
+def test_measured_size_columns_from_run_model_config(run, runs_frame, tmp_path):
+    from transformers import BertConfig
+
+    run_dir = tmp_path / "tinybert-run"
+    (run_dir / "model").mkdir(parents=True)
+    BertConfig(num_hidden_layers=4, hidden_size=312, intermediate_size=1200, num_attention_heads=12).to_json_file(
+        run_dir / "model" / "config.json")
+    teacher = tmp_path / "teacher"
+    teacher.mkdir()
+    BertConfig().to_json_file(teacher / "config.json")
+    runs = runs_frame(run("tinybert", "sst2", {"acc": 90.0}, run_dir=str(run_dir), teacher=str(teacher),
+                          student="tinybert-4l-312"))
+    table = build_table("tinybert-v5-table1", runs)
+    assert _cell(table, "TinyBERT4", "#Params (M)") == "14.6"  # with TinyBERT's W_h projection 312 -> 768
+    assert _cell(table, "TinyBERT4", "#FLOPs (B)") == "1.2"
+    assert _cell(table, "TinyBERT4", "Speed-up") == MISSING  # timing only with --latency
+    assert _cell(table, "TinyBERT4", "SST-2") == "90.0"
+
+
+def test_cross_method_table(run, runs_frame):
+    runs = runs_frame(
+        run("tinybert", "mnli", {"acc": 80.0, "acc_mm": 82.0}, seed=1),
+        run("tinybert", "mnli", {"acc": 82.0, "acc_mm": 84.0}, seed=2),
+        run("tinybert", "rte", {"acc": 60.0}),
+        run("kd", "rte", {"acc": 55.0}, student="teacher-3l"),
+        run("finetune", "rte", {"acc": 1.0}, status="failed"),
+    )
+    table = build_table("cross-method", runs)
+    assert table.header[:6] == ["Method", "Student", "MNLI-m", "MNLI-mm", "RTE", "Avg (ours)"]
+    tiny = next(r for r in table.rows if r[0] == "tinybert")
+    assert tiny[2:6] == ["81.0 ± 1.4", "83.0 ± 1.4", "60.0", f"{(81 + 83 + 60) / 3:.1f}"]
+    assert tiny[6] == "77.0 (TinyBERT4, v5 T1, GLUE test)"
+    kd = next(r for r in table.rows if r[0] == "kd")
+    assert kd[2:6] == [MISSING, MISSING, "55.0", MISSING] and kd[6] == MISSING
+    assert not any(r[0] == "finetune" for r in table.rows)
+    assert "1 failed run(s) not shown" in " ".join(table.notes)
+
+
+def test_renderers_escape_and_unknown_inputs(run, runs_frame):
+    table = build_table("tinybert-v5-table4", None)
+    latex = render(table, "latex")
+    assert r"\begin{tabular}" in latex and r"g(m)=m+N-M" in latex and "--" in latex and "–" not in latex
+    html = render(table, "html")
+    assert html.count("<tr>") == len(table.rows) + 1 + len(table.notes)
+    csv_text = render(table, "csv")
+    assert pd.read_csv(__import__("io").StringIO(csv_text)).shape == (len(table.rows), len(table.header))
+    md = render(table, "markdown")
+    assert md.splitlines()[2].startswith("| Model") and "| paper  |" in md
+    with pytest.raises(TableError, match="format 'rst'"):
+        render(table, "rst")
+    with pytest.raises(UnknownNameError, match="did you mean 'pkd-table1'"):
+        load_spec("pkd-tabel1")
+
+
+def test_bad_spec_errors_name_the_problem(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\npublished: pkd_table2_last_vs_skip.csv\ncolumns:\n  - {header: X, task: RTE, "
+                   "metric: acc, run: rte}\nrows: []\n")
+    with pytest.raises(TableError, match="run 'rte' must look like 'task/metric'"):
+        load_spec(str(bad))
+    bad.write_text("name: bad\npublished: pkd_table2_last_vs_skip.csv\ncolums: []\n")
+    with pytest.raises(TableError, match="unknown key.*'colums'"):
+        load_spec(str(bad))
+    bad.write_text("name: bad\npublished: pkd_table2_last_vs_skip.csv\ncolumns:\n  - {header: RTE, task: RTE, "
+                   "metric: acc}\nrows:\n  - {key: x, model: No Such Model}\n")
+    with pytest.raises(TableError, match="'No Such Model'"):
+        build_table(str(bad))
+
+
+def test_cli_table_and_list(capsys, tmp_path):
+    from kdbench.cli import main
+
+    assert main(["list", "tables"]) == 0
+    assert "tinybert-v5-table1\t" in capsys.readouterr().out
+    out_file = tmp_path / "t.tex"
+    assert main(["table", "pkd-table2", "--format", "latex", "--output", str(out_file)]) == 0
+    assert "BERT6 (PKD-Skip)" in capsys.readouterr().out and out_file.read_text().startswith(r"\begin{table}")
+    assert main(["table", "no-such-table"]) == 2
+    assert "unknown table 'no-such-table'" in capsys.readouterr().err
+
+
+def test_cli_table_with_record_files(tmp_path, capsys):
+    from kdbench.cli import main
+    from kdbench.records import SCHEMA_VERSION, write_json_atomic
+
+    for seed, acc in ((1, 70.0), (2, 72.0)):
+        write_json_atomic(tmp_path / f"pkd-{seed}" / "result.json", {
+            "schema_version": SCHEMA_VERSION, "method": "pkd", "task": "rte", "student": "teacher-3l",
+            "label": "pkd-skip", "seed": seed, "status": "completed", "metrics": {"acc": acc},
+            "config": {"method_params": {"strategy": "skip"}}})
+    assert main(["table", "pkd-table2", "--runs", str(tmp_path), "--format", "csv"]) == 0
+    frame = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out))
+    ours = frame[(frame.Model == "BERT6 (PKD-Skip)") & (frame.Source == "ours")].iloc[0]
+    assert ours["RTE"] == "71.0 ± 1.4" and ours["SST-2"] == MISSING

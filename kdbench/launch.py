@@ -194,3 +194,76 @@ def init_distributed(backend: str | None = None, init_process_group: bool = Fals
         if not torch.distributed.is_initialized():
             torch.distributed.init_process_group(backend=backend)
     return dist_env
+
+
+def configure_job_process() -> None:
+    """Prepare a submitted job's process: thread count from the allocation, DDP variables.
+
+    Called first thing by every kdbench job function. With several tasks per node (one per GPU),
+    exports the ``torch.distributed`` environment (:func:`init_distributed`); torch then uses no
+    more threads than the CPUs Slurm gave the task.
+    """
+    init_distributed(init_process_group=False)
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK")
+    if cpus and cpus.isdigit():
+        import torch
+
+        torch.set_num_threads(max(1, int(cpus)))
+
+
+def graceful_requeue_callback(signum: int | None = None):
+    """A ``TrainerCallback`` that turns submitit's time-limit/preemption signal into a clean stop.
+
+    submitit asks Slurm for ``--signal=USR2@90`` and, on that signal, calls the job's
+    ``checkpoint()`` and requeues the job *immediately*, from inside the signal handler, wherever
+    training happens to be. Anything trained since the last scheduled Trainer checkpoint would be
+    lost. This callback installs its own handler that only records the signal; at the next step
+    boundary it asks the Trainer to save a checkpoint and, once saved (``on_save``), hands over to
+    submitit's handler (checkpoint + requeue + exit). The requeued job reruns the same
+    ``run_experiment`` call, which resumes the stage from that checkpoint. Outside a Trainer loop
+    (loading, evaluation after training) the signal goes to submitit's handler at once.
+    """
+    import signal
+
+    from transformers import TrainerCallback
+
+    chosen = signal.SIGUSR2 if signum is None else signum
+
+    class GracefulRequeue(TrainerCallback):
+        def __init__(self) -> None:
+            self.pending: tuple[int, Any] | None = None
+            self.training = False
+            self.previous = signal.getsignal(chosen)
+            if callable(self.previous):  # only inside a submitit job; elsewhere leave signals alone
+                signal.signal(chosen, self._on_signal)
+
+        def _on_signal(self, received: int, frame: Any) -> None:
+            print(f"[kdbench] received signal {received}: checkpointing at the next step", flush=True)
+            self.pending = (received, frame)
+            if not self.training:
+                self._hand_over()
+
+        def _hand_over(self) -> None:
+            received, frame = self.pending  # type: ignore[misc]
+            signal.signal(chosen, self.previous)
+            self.previous(received, frame)  # submitit: checkpoint(), requeue, sys.exit
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.training = True
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.training = False
+            if self.pending:
+                self._hand_over()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.pending:
+                control.should_save = True
+                control.should_evaluate = False
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.pending:
+                print(f"[kdbench] checkpoint saved at step {state.global_step}; requeueing", flush=True)
+                self._hand_over()
+
+    return GracefulRequeue()

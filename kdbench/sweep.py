@@ -1,0 +1,559 @@
+"""Sweeps: a grid of runs with shared stage dependencies, dispatched through submitit.
+
+The spec format is documented in ``results/sweeps/README.md``. In short: ``defaults`` (run keys for
+everything), ``stages`` (shared dependencies, each run once per distinct resolved config),
+``grid`` (methods × tasks × seeds × override variants) and optional explicit ``cells``. ``${task}``,
+``${seed}``, ``${STAGE}`` (the stage's ``model/`` folder) and ``${STAGE.run_dir}`` are resolved
+before anything is submitted, so every run's folder (keyed by its config hash) is known up front.
+
+Runs are grouped by dependency level; each level is submitted as one job batch (a Slurm job array
+capped by the profile's ``array_parallelism``) and waited for before the next. A run whose
+``result.json`` says ``completed`` is not submitted again, so re-running a sweep resubmits only
+failed or missing cells. Job-side state (running / requeued / failed, with the error) is written
+to ``<output>/.kdbench-sweep/state/<run>.json``; ``kdbench status`` merges it with the result
+records (the source of truth) and, for Slurm jobs, with ``sacct``.
+
+This module imports neither torch nor transformers at module level (the CLI imports it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import submitit
+import yaml
+
+from kdbench.config import ConfigError
+from kdbench.records import RESULT_FILE, write_json_atomic
+
+log = logging.getLogger("kdbench.sweep")
+
+MANIFEST = "sweep.json"
+SWEEP_DIR = ".kdbench-sweep"  # under the sweep output: job logs (submitit) and job-side state files
+SPEC_KEYS = ("name", "output", "defaults", "stages", "grid", "cells")
+GRID_LIST_KEYS = ("methods", "tasks", "seeds", "overrides")
+REFERENCE = re.compile(r"\$\{([A-Za-z0-9_.\-]+)\}")
+RUN_DIR_SUFFIX = ".run_dir"
+
+# Run states shown by `kdbench status`.
+DONE, RUNNING, PENDING, REQUEUED, FAILED, BLOCKED, NOT_STARTED = (
+    "done", "running", "pending", "requeued", "failed", "blocked", "not-started")
+TERMINAL_SLURM_FAILURES = ("FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                           "BOOT_FAIL", "DEADLINE")
+
+
+class SweepError(ConfigError):
+    """A sweep spec is invalid; the message names the spec key and the bad value."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec -> runs
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class SweepRun:
+    """One unit of work: an instance of a shared stage, or a grid cell."""
+
+    name: str
+    kind: str  # "stage" | "cell"
+    values: dict[str, Any]  # run keys, references resolved, output set
+    depends_on: tuple[str, ...] = ()
+    run_dir: Path = field(default_factory=Path)
+    level: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "run_dir": str(self.run_dir), "level": self.level,
+                "depends_on": list(self.depends_on), "values": self.values}
+
+
+@dataclass
+class Sweep:
+    name: str
+    output: Path
+    runs: dict[str, SweepRun]  # insertion order: dependencies before dependents
+
+    @property
+    def state_dir(self) -> Path:
+        return self.output / SWEEP_DIR / "state"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.output / SWEEP_DIR / "jobs"
+
+    def levels(self) -> list[list[SweepRun]]:
+        depth = max((run.level for run in self.runs.values()), default=-1)
+        return [[run for run in self.runs.values() if run.level == level] for level in range(depth + 1)]
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SweepError(f"{where}: must be a mapping, got {value!r}")
+    return dict(value)
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not value:
+        raise SweepError(f"{where}: must be a non-empty list, got {value!r}")
+    return list(value)
+
+
+def load_spec(path: str | os.PathLike[str]) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise SweepError(f"sweep spec {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise SweepError(f"sweep spec {path}: not valid YAML ({error})") from None
+    if not isinstance(data, dict):
+        raise SweepError(f"sweep spec {path}: must hold a mapping, got {type(data).__name__}")
+    data.setdefault("name", path.stem)
+    return data
+
+
+class _Resolver:
+    """Expands stages on demand (memoised per distinct resolved config) and substitutes references."""
+
+    def __init__(self, stages: dict[str, dict[str, Any]], defaults: dict[str, Any], output: Path):
+        self.stages = stages
+        self.defaults = defaults
+        self.output = output
+        self.runs: dict[str, SweepRun] = {}
+        self._instances: dict[tuple[str, Any, Any], SweepRun] = {}
+        self._visiting: list[str] = []
+
+    # -- substitution ------------------------------------------------------------------------
+    def substitute(self, value: Any, context: dict[str, Any], where: str, deps: list[str]) -> Any:
+        if isinstance(value, dict):
+            return {k: self.substitute(v, context, f"{where}.{k}", deps) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.substitute(v, context, where, deps) for v in value]
+        if not isinstance(value, str):
+            return value
+        whole = REFERENCE.fullmatch(value)
+        if whole:
+            return self.lookup(whole.group(1), context, where, deps)
+        return REFERENCE.sub(lambda m: str(self.lookup(m.group(1), context, where, deps)), value)
+
+    def lookup(self, name: str, context: dict[str, Any], where: str, deps: list[str]) -> Any:
+        if name in ("task", "seed"):
+            if context.get(name) is None:
+                raise SweepError(f"{where}: ${{{name}}} is used where no {name} is known "
+                                 f"(a stage run once for all cells cannot refer to ${{{name}}})")
+            return context[name]
+        stage_name, as_run_dir = name, False
+        if name.endswith(RUN_DIR_SUFFIX):
+            stage_name, as_run_dir = name[: -len(RUN_DIR_SUFFIX)], True
+        if stage_name not in self.stages:
+            valid = ", ".join(["task", "seed", *self.stages]) or "task, seed"
+            raise SweepError(f"{where}: unknown reference ${{{name}}} (valid: {valid})")
+        run = self.stage(stage_name, context)
+        deps.append(run.name)
+        return str(run.run_dir) if as_run_dir else str(run.run_dir / "model")
+
+    # -- stages ------------------------------------------------------------------------------
+    def stage(self, name: str, context: dict[str, Any]) -> SweepRun:
+        raw = self.stages[name]
+        text = json.dumps(raw, default=str)
+        task = context.get("task") if "${task}" in text else None
+        seed = context.get("seed") if "${seed}" in text else None
+        key = (name, task, seed)
+        if key in self._instances:
+            return self._instances[key]
+        if name in self._visiting:
+            raise SweepError(f"stages: dependency cycle {' -> '.join([*self._visiting, name])}")
+        self._visiting.append(name)
+        try:
+            keys = dict(raw)
+            extra = keys.pop("depends_on", None) or []
+            if not isinstance(extra, list):
+                raise SweepError(f"stages.{name}.depends_on: must be a list of stage names, got {extra!r}")
+            if "method" not in keys:
+                raise SweepError(f"stages.{name}: missing 'method'")
+            deps: list[str] = []
+            for other in extra:
+                self.lookup(str(other), {"task": task, "seed": seed}, f"stages.{name}.depends_on", deps)
+            values = self.substitute({**self.defaults, **keys}, {"task": task, "seed": seed}, f"stages.{name}", deps)
+            suffix = "".join(f"-{part}" for part in (task, None if seed is None else f"s{seed}") if part is not None)
+            run = self.add(SweepRun(f"{name}{suffix}", "stage", values, tuple(dict.fromkeys(deps))))
+        finally:
+            self._visiting.pop()
+        self._instances[key] = run
+        return run
+
+    def add(self, run: SweepRun) -> SweepRun:
+        from kdbench.config import build_run_config
+        from kdbench.engine import plan_run
+
+        if run.name in self.runs:
+            raise SweepError(f"two runs are both named {run.name!r}; give the variants distinct labels")
+        run.values["output"] = str(self.output)
+        try:
+            plan = plan_run(build_run_config(run.values))
+        except ConfigError as error:
+            raise SweepError(f"{run.kind} {run.name}: {error}") from None
+        run.run_dir = plan.run_dir
+        run.level = 1 + max((self.runs[d].level for d in run.depends_on), default=-1)
+        self.runs[run.name] = run
+        return run
+
+
+def expand(spec: dict[str, Any], output: str | os.PathLike[str] | None = None) -> Sweep:
+    """Resolve a spec (as loaded by :func:`load_spec`) into runs with known run folders.
+
+    Validates every run's config (``plan_run``) before anything is submitted.
+    """
+    unknown = sorted(set(spec) - set(SPEC_KEYS))
+    if unknown:
+        raise SweepError(f"sweep spec: unknown key(s) {', '.join(unknown)} (valid: {', '.join(SPEC_KEYS)})")
+    name = str(spec.get("name") or "sweep")
+    out = Path(output or spec.get("output") or Path("runs") / "sweeps" / name).expanduser().resolve()
+    defaults = _mapping(spec.get("defaults"), "defaults")
+    stages = _mapping(spec.get("stages"), "stages")
+    for stage_name, keys in stages.items():
+        if not isinstance(keys, dict):
+            raise SweepError(f"stages.{stage_name}: must be a mapping of run keys, got {keys!r}")
+    grid = _mapping(spec.get("grid"), "grid")
+    cells = spec.get("cells") or []
+    if not grid and not cells:
+        raise SweepError("sweep spec: needs a 'grid' or 'cells' (nothing to run)")
+    resolver = _Resolver(stages, defaults, out)
+
+    if grid:
+        methods = grid.get("methods")
+        if isinstance(methods, list) and methods:
+            methods = {str(m): {} for m in methods}
+        methods = _mapping(methods, "grid.methods")
+        if not methods:
+            raise SweepError("grid.methods: missing (a list of method names, or name -> run keys)")
+        tasks = _list(grid.get("tasks"), "grid.tasks")
+        if not tasks:
+            raise SweepError("grid.tasks: missing (a list of task names)")
+        seeds = _list(grid.get("seeds"), "grid.seeds") or [None]
+        variants = _list(grid.get("overrides"), "grid.overrides") or [{}]
+        shared = {k: v for k, v in grid.items() if k not in GRID_LIST_KEYS}
+        for method, method_keys in methods.items():
+            method_keys = _mapping(method_keys, f"grid.methods.{method}")
+            for task in tasks:
+                for seed in seeds:
+                    for index, variant in enumerate(variants):
+                        variant = _mapping(variant, f"grid.overrides[{index}]")
+                        label = variant.get("label") or method_keys.get("label") or shared.get("label") \
+                            or defaults.get("label")
+                        cell_name = f"{method}-{task}" + (f"-s{seed}" if seed is not None else "")
+                        if len(variants) > 1:
+                            cell_name += f"-{variant.get('label') or f'v{index}'}"
+                        values = {**defaults, **shared, **method_keys, **variant, "method": method, "task": task}
+                        if seed is not None:
+                            values["seed"] = seed
+                        if label is not None:
+                            values["label"] = label
+                        _add_cell(resolver, cell_name, values, {"task": task, "seed": seed}, f"grid cell {cell_name}")
+    if cells:
+        if not isinstance(cells, list):
+            raise SweepError(f"cells: must be a list of mappings, got {cells!r}")
+        for index, cell in enumerate(cells):
+            cell = _mapping(cell, f"cells[{index}]")
+            values = {**defaults, **cell}
+            for required in ("method", "task"):
+                if required not in values:
+                    raise SweepError(f"cells[{index}]: missing {required!r}")
+            cell_name = str(cell.get("label") or f"cell{index}")
+            _add_cell(resolver, cell_name, values, {"task": values["task"], "seed": values.get("seed")},
+                      f"cells[{index}]")
+    return Sweep(name, out, resolver.runs)
+
+
+def _add_cell(resolver: _Resolver, name: str, values: dict[str, Any], context: dict[str, Any], where: str) -> None:
+    deps: list[str] = []
+    resolved = resolver.substitute(values, context, where, deps)
+    resolver.add(SweepRun(name, "cell", resolved, tuple(dict.fromkeys(deps))))
+
+
+# ---------------------------------------------------------------------------------------------
+# Job side
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunRequest:
+    """What a job needs: the run's name and keys, and where to record its job-side state."""
+
+    name: str
+    values: dict[str, Any]
+    state_file: str
+
+
+class RunJob(submitit.helpers.Checkpointable):
+    """The submitted job: one ``run_experiment`` call.
+
+    Checkpointable: at its time limit (or on preemption) the job saves a Trainer checkpoint at the
+    next step boundary (:func:`kdbench.launch.graceful_requeue_callback`), then submitit requeues
+    the same call; the engine resumes the unfinished stage from that checkpoint.
+    """
+
+    def __call__(self, request: RunRequest) -> str:
+        from kdbench.launch import configure_job_process, graceful_requeue_callback
+
+        state = Path(request.state_file)
+        attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+        _write_state(state, RUNNING, attempt=attempt, **_job_identity())
+        try:
+            configure_job_process()
+            from kdbench.config import build_run_config
+            from kdbench.engine import run_experiment
+
+            config = build_run_config(dict(request.values))
+            run_dir = run_experiment(config, callbacks=[graceful_requeue_callback()])
+        except SystemExit:  # submitit's requeue exits the process after checkpointing
+            _write_state(state, REQUEUED, attempt=attempt, **_job_identity())
+            raise
+        except BaseException as error:
+            _write_state(state, FAILED, attempt=attempt, error=f"{type(error).__name__}: {error}", **_job_identity())
+            raise
+        _write_state(state, DONE, attempt=attempt, run_dir=str(run_dir), **_job_identity())
+        return str(run_dir)
+
+
+def _job_identity() -> dict[str, Any]:
+    job_id = os.environ.get("SLURM_ARRAY_JOB_ID")
+    if job_id and os.environ.get("SLURM_ARRAY_TASK_ID"):
+        job_id = f"{job_id}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+    return {"job_id": job_id or os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"),
+            "host": os.uname().nodename, "pid": os.getpid()}
+
+
+def _write_state(path: Path, state: str, **info: Any) -> None:
+    """Record a run's job-side state; keeps the job id the driver recorded when the job has none."""
+    if info.get("job_id") is None and path.is_file():
+        try:
+            info["job_id"] = json.loads(path.read_text()).get("job_id")
+        except (OSError, json.JSONDecodeError):
+            pass
+    write_json_atomic(path, {"state": state, "time": time.time(), **info})
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------------------------
+def _completed(run: SweepRun) -> bool:
+    path = run.run_dir / RESULT_FILE
+    if not path.is_file():
+        return False
+    try:
+        return json.loads(path.read_text()).get("status") == "completed"
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def write_manifest(sweep: Sweep, executor: str, spec_path: str | None) -> None:
+    path = sweep.output / MANIFEST
+    previous = json.loads(path.read_text()) if path.is_file() else {}
+    write_json_atomic(path, {
+        "name": sweep.name, "spec": spec_path, "executor": executor,
+        "submissions": previous.get("submissions", []),
+        "runs": [run.to_dict() for run in sweep.runs.values()],
+    })
+
+
+def _record_submission(sweep: Sweep, names: list[str], job_ids: list[str], executor: str) -> None:
+    path = sweep.output / MANIFEST
+    manifest = json.loads(path.read_text())
+    manifest["submissions"].append({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "executor": executor,
+                                    "runs": names, "job_ids": job_ids})
+    write_json_atomic(path, manifest)
+
+
+def run_sweep(sweep: Sweep, executor_kind: str, profile: str | dict[str, Any] | None = None,
+              spec_path: str | None = None) -> dict[str, str]:
+    """Submit every run that is not completed, level by level, waiting for each level.
+
+    Returns ``{run name: state}`` after the last level (``done``, ``failed``, ``blocked``).
+    """
+    from kdbench.launch import load_profile, make_executor
+
+    prof = profile if isinstance(profile, dict) else load_profile(profile)
+    sweep.output.mkdir(parents=True, exist_ok=True)
+    write_manifest(sweep, executor_kind, spec_path)
+    outcome: dict[str, str] = {}
+    for level, runs in enumerate(sweep.levels()):
+        todo = []
+        for run in runs:
+            if _completed(run):
+                outcome[run.name] = DONE
+                log.info("%s: already completed (%s), skipped", run.name, run.run_dir)
+                continue
+            broken = [d for d in run.depends_on if outcome.get(d) != DONE]
+            if broken:
+                outcome[run.name] = BLOCKED
+                _write_state(sweep.state_dir / f"{run.name}.json", BLOCKED,
+                             error=f"dependency {', '.join(broken)} did not complete")
+                continue
+            todo.append(run)
+        if not todo:
+            continue
+        print(f"[kdbench] level {level}: submitting {len(todo)} run(s) with the {executor_kind} executor: "
+              f"{', '.join(r.name for r in todo)}", flush=True)
+        chunk = len(todo)
+        if executor_kind == "local":  # LocalExecutor starts every job at once: respect local_parallelism
+            chunk = max(1, int(prof.get("local_parallelism", 1)))
+        for start in range(0, len(todo), chunk):
+            part = todo[start:start + chunk]
+            executor = make_executor(executor_kind, sweep.log_dir, prof)
+            if executor_kind == "slurm" and "job_name" not in prof:
+                executor.update_parameters(name=f"kdbench-{sweep.name}")
+            requests = [RunRequest(r.name, r.values, str(sweep.state_dir / f"{r.name}.json")) for r in part]
+            for request in requests:
+                _write_state(Path(request.state_file), PENDING)
+            with executor.batch():
+                jobs = [executor.submit(RunJob(), request) for request in requests]
+            job_ids = [str(job.job_id) for job in jobs]
+            for request, job_id in zip(requests, job_ids):
+                _write_state(Path(request.state_file), PENDING, job_id=job_id)
+            _record_submission(sweep, [r.name for r in part], job_ids, executor_kind)
+            for run, job in zip(part, jobs):
+                try:
+                    job.result()
+                    outcome[run.name] = DONE if _completed(run) else FAILED
+                except Exception as error:  # noqa: BLE001 - a failed cell must not stop the sweep
+                    outcome[run.name] = FAILED
+                    first = str(error).strip().splitlines()
+                    log.warning("%s failed (job %s): %s", run.name, job.job_id, first[-1] if first else error)
+    return outcome
+
+
+# ---------------------------------------------------------------------------------------------
+# Status
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class RunStatus:
+    name: str
+    state: str
+    run_dir: str
+    job_id: str | None = None
+    error: str | None = None
+
+
+def _sacct_state(job_id: str) -> str | None:
+    """Slurm's state of ``job_id`` (``RUNNING``, ``FAILED`` ...), or None without Slurm accounting."""
+    try:
+        out = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", job_id],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    states = [line.split()[0] for line in out.splitlines() if line.strip()]
+    return states[-1] if states else None
+
+
+def sweep_status(folder: str | os.PathLike[str], query_slurm: bool = True) -> list[RunStatus]:
+    """Each run of the sweep in ``folder``: done / running / pending / requeued / failed / blocked."""
+    folder = Path(folder)
+    manifest_path = folder / MANIFEST
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{folder} is not a sweep folder (no {MANIFEST}; run `kdbench sweep` first)")
+    manifest = json.loads(manifest_path.read_text())
+    executor = manifest.get("executor")
+    statuses = []
+    for run in manifest["runs"]:
+        name, run_dir = run["name"], Path(run["run_dir"])
+        record_path = run_dir / RESULT_FILE
+        record = json.loads(record_path.read_text()) if record_path.is_file() else None
+        state_path = folder / SWEEP_DIR / "state" / f"{name}.json"
+        job = json.loads(state_path.read_text()) if state_path.is_file() else None
+        job_id = job.get("job_id") if job else None
+        if record and record.get("status") == "completed":
+            statuses.append(RunStatus(name, DONE, str(run_dir), job_id))
+            continue
+        record_time = record_path.stat().st_mtime if record else -1.0
+        if job and (record is None or job["time"] >= record_time):
+            state, error = job["state"], job.get("error")
+            if state in (PENDING, RUNNING, REQUEUED) and job_id and executor == "slurm" and query_slurm:
+                slurm_state = _sacct_state(str(job_id))
+                if slurm_state and slurm_state.split()[0] in TERMINAL_SLURM_FAILURES:
+                    state, error = FAILED, f"Slurm job {job_id} ended {slurm_state}"
+                elif slurm_state == "PENDING":
+                    state = PENDING
+                elif slurm_state in ("RUNNING", "REQUEUED"):
+                    state = RUNNING if slurm_state == "RUNNING" else REQUEUED
+            if state == FAILED and record and record.get("error"):
+                error = record["error"]
+            statuses.append(RunStatus(name, state, str(run_dir), job_id, error))
+        elif record:
+            statuses.append(RunStatus(name, FAILED, str(run_dir), job_id, record.get("error")))
+        else:
+            statuses.append(RunStatus(name, NOT_STARTED, str(run_dir)))
+    return statuses
+
+
+def format_status(statuses: list[RunStatus]) -> str:
+    width = max((len(s.name) for s in statuses), default=4)
+    lines = [f"{'RUN':<{width}}  {'STATE':<11}  {'JOB':<10}  RUN FOLDER / ERROR"]
+    for s in statuses:
+        lines.append(f"{s.name:<{width}}  {s.state:<11}  {str(s.job_id or '-'):<10}  {s.run_dir}")
+        if s.error:
+            lines.append(f"{'':<{width}}  {'':<11}  {'':<10}  error: {s.error.strip().splitlines()[0]}")
+    counts: dict[str, int] = {}
+    for s in statuses:
+        counts[s.state] = counts.get(s.state, 0) + 1
+    lines.append(", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------------
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from kdbench.launch import EXECUTORS, ProfileError
+
+    spec = load_spec(args.spec)
+    sweep = expand(spec, args.output)
+    if args.dry_run:
+        for run in sweep.runs.values():
+            mark = "done" if _completed(run) else "todo"
+            deps = f" <- {', '.join(run.depends_on)}" if run.depends_on else ""
+            print(f"level {run.level}  {run.kind:<5}  {mark}  {run.name}{deps}\n    {run.run_dir}")
+        print(sweep.output)
+        return 0
+    if args.executor not in EXECUTORS:
+        raise SweepError(f"--executor: must be one of {', '.join(EXECUTORS)}, got {args.executor!r}")
+    try:
+        outcome = run_sweep(sweep, args.executor, args.profile, str(Path(args.spec).resolve()))
+    except ProfileError as error:
+        raise SweepError(str(error)) from None
+    print(format_status(sweep_status(sweep.output, query_slurm=False)))
+    print(sweep.output)
+    return 0 if all(state == DONE for state in outcome.values()) else 1
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    statuses = sweep_status(args.folder)
+    if args.json:
+        print(json.dumps([s.__dict__ for s in statuses], indent=2))
+    else:
+        print(format_status(statuses))
+    return 0
+
+
+def add_command(subparsers: Any) -> None:
+    sweep = subparsers.add_parser("sweep", help="run a grid of experiments (with shared stages) via submitit")
+    sweep.add_argument("spec", help="sweep spec YAML (see results/sweeps/README.md)")
+    sweep.add_argument("--executor", default="local", help="debug | local | slurm (default local)")
+    sweep.add_argument("--profile", help="cluster profile: a name in slurm/ (e.g. dev) or a YAML path")
+    sweep.add_argument("--output", help="sweep folder (default: the spec's output)")
+    sweep.add_argument("--dry-run", action="store_true", help="list the runs and their folders; submit nothing")
+    sweep.set_defaults(handler=cmd_sweep)
+
+    status = subparsers.add_parser("status", help="state of each run of a sweep: done / running / failed")
+    status.add_argument("folder", help="the sweep folder (its output)")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(handler=cmd_status)

@@ -1,0 +1,502 @@
+"""Hyperparameter search with Optuna: ``kdbench tune``.
+
+A study maximises the task's main dev metric (``TaskSpec.main_metric``, as written to
+``result.json``) over the method's declared search space (``Method.search_space()``), which the
+command line (``--space alpha=float:0.1:0.9``) or the YAML config (``search_space:``) may override.
+Each trial is one ``run_experiment`` call with its own run folder (``label=<study>-t<number>``).
+Intermediate dev evaluations are reported to the trial, so a pruner can stop hopeless trials.
+
+Storage: ``sqlite:///PATH`` (any SQLAlchemy URL) or a journal file (``journal:PATH`` or a path
+ending in ``.journal``/``.log``; :class:`optuna.storages.journal.JournalFileBackend`, preferable on
+shared network file systems). The study is created once by the driver, before any worker starts;
+workers only ``load_study`` (creating one SQLite study from several processes at once fails).
+Resuming: running the same command again continues the study up to ``--trials`` finished trials;
+trials left ``RUNNING`` by a killed earlier invocation are marked failed first.
+
+Outputs in ``--output``: the storage (by default ``study.journal``), ``trials/`` (run folders),
+``best_config.yaml`` (a ready-to-run ``kdbench run --config`` file), ``best.json``,
+``optimization_history.png`` and ``param_importances.png``.
+
+No torch/transformers/optuna import at module level (the CLI imports this module).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import submitit
+import yaml
+
+from kdbench.config import ConfigError, build_run_config, load_yaml, parse_overrides
+from kdbench.search_space import Choice, FloatRange, IntRange, SearchDimension, SearchSpace
+
+log = logging.getLogger("kdbench.tuning")
+
+DEFAULT_STORAGE = "study.journal"
+BEST_CONFIG = "best_config.yaml"
+SPACE_KEY = "search_space"
+INLINE = "inline"
+TUNE_EXECUTORS = (INLINE, "debug", "local", "slurm")
+PRUNERS = ("median", "none")
+# Keys of the base config that must not reach a trial or the exported best config.
+PER_RUN_KEYS = ("label", "output")
+
+
+# ---------------------------------------------------------------------------------------------
+# Search spaces
+# ---------------------------------------------------------------------------------------------
+def parse_dimension(name: str, text: str) -> SearchDimension | None:
+    """``float:LOW:HIGH[:log]``, ``int:LOW:HIGH[:STEP]``, ``choice:A,B,C``; ``none`` removes the dim."""
+    parts = text.strip().split(":")
+    kind = parts[0].lower()
+    try:
+        if kind == "none" and len(parts) == 1:
+            return None
+        if kind == "float" and len(parts) in (3, 4):
+            log_scale = len(parts) == 4 and parts[3].lower() == "log"
+            if len(parts) == 4 and not log_scale:
+                raise ValueError(f"the 4th field must be 'log', got {parts[3]!r}")
+            return _checked(name, FloatRange(float(parts[1]), float(parts[2]), log_scale))
+        if kind == "int" and len(parts) in (3, 4):
+            step = int(parts[3]) if len(parts) == 4 else 1
+            return _checked(name, IntRange(int(parts[1]), int(parts[2]), step))
+        if kind == "choice" and len(parts) == 2 and parts[1]:
+            return Choice(tuple(yaml.safe_load(v) for v in parts[1].split(",")))
+    except ValueError as error:
+        raise ConfigError(f"search space {name}={text!r}: {error}") from None
+    raise ConfigError(f"search space {name}={text!r}: expected float:LOW:HIGH[:log], int:LOW:HIGH[:STEP], "
+                      "choice:A,B,... or none")
+
+
+def dimension_from_mapping(name: str, value: Any) -> SearchDimension | None:
+    """YAML form: ``{low: 0.1, high: 0.9, log: true}``, ``{low: 2, high: 6, step: 1, type: int}``,
+    ``{choices: [1, 2, 4]}``, a string in the command-line form, or ``null`` to remove it."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return parse_dimension(name, value)
+    if not isinstance(value, dict):
+        raise ConfigError(f"search_space.{name}: expected a mapping or a string, got {value!r}")
+    keys = set(value)
+    if keys == {"choices"}:
+        if not isinstance(value["choices"], list) or not value["choices"]:
+            raise ConfigError(f"search_space.{name}.choices: expected a non-empty list, got {value['choices']!r}")
+        return Choice(tuple(value["choices"]))
+    if {"low", "high"} <= keys <= {"low", "high", "log", "step", "type"}:
+        kind = value.get("type") or ("int" if "step" in value or all(isinstance(value[k], int) and not
+                                                                         isinstance(value[k], bool)
+                                                                         for k in ("low", "high")) else "float")
+        if kind == "int":
+            return _checked(name, IntRange(int(value["low"]), int(value["high"]), int(value.get("step", 1))))
+        if kind == "float":
+            return _checked(name, FloatRange(float(value["low"]), float(value["high"]), bool(value.get("log", False))))
+        raise ConfigError(f"search_space.{name}.type: must be int or float, got {kind!r}")
+    raise ConfigError(f"search_space.{name}: expected keys low/high[/log|step|type] or choices, got {sorted(keys)}")
+
+
+def _checked(name: str, dim: SearchDimension) -> SearchDimension:
+    if isinstance(dim, (FloatRange, IntRange)) and not dim.low < dim.high:
+        raise ConfigError(f"search space {name}: low must be < high, got {dim.low!r} .. {dim.high!r}")
+    if isinstance(dim, FloatRange) and dim.log and dim.low <= 0:
+        raise ConfigError(f"search space {name}: a log range needs low > 0, got {dim.low!r}")
+    if isinstance(dim, IntRange) and dim.step <= 0:
+        raise ConfigError(f"search space {name}: step must be > 0, got {dim.step!r}")
+    return dim
+
+
+def resolve_space(declared: SearchSpace, yaml_space: dict[str, Any] | None, cli_space: list[str]) -> SearchSpace:
+    """The method's space, updated by the YAML ``search_space`` mapping, then by ``--space`` items."""
+    space: dict[str, SearchDimension] = dict(declared)
+    for name, value in (yaml_space or {}).items():
+        dim = dimension_from_mapping(name, value)
+        space.pop(name, None) if dim is None else space.__setitem__(name, dim)
+    for item in cli_space:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"--space {item!r}: expected NAME=SPEC, e.g. alpha=float:0.1:0.9")
+        dim = parse_dimension(name.strip(), text)
+        space.pop(name.strip(), None) if dim is None else space.__setitem__(name.strip(), dim)
+    if not space:
+        raise ConfigError("the search space is empty: the method declares none; give --space NAME=SPEC")
+    return space
+
+
+def suggest(trial: Any, space: SearchSpace) -> dict[str, Any]:
+    """Ask ``trial`` for one value per dimension (Optuna's distributions, same names)."""
+    values: dict[str, Any] = {}
+    for name, dim in space.items():
+        if isinstance(dim, FloatRange):
+            values[name] = trial.suggest_float(name, dim.low, dim.high, log=dim.log)
+        elif isinstance(dim, IntRange):
+            values[name] = trial.suggest_int(name, dim.low, dim.high, step=dim.step)
+        elif isinstance(dim, Choice):
+            values[name] = trial.suggest_categorical(name, list(dim.values))
+        else:  # pragma: no cover - the SearchDimension union is closed
+            raise ConfigError(f"search space {name}: unsupported dimension {dim!r}")
+    return values
+
+
+def space_midpoint(space: SearchSpace) -> dict[str, Any]:
+    """A representative point (used to validate every dimension name before the study starts)."""
+    point: dict[str, Any] = {}
+    for name, dim in space.items():
+        if isinstance(dim, FloatRange):
+            point[name] = math.sqrt(dim.low * dim.high) if dim.log else (dim.low + dim.high) / 2
+        elif isinstance(dim, IntRange):
+            point[name] = dim.low
+        else:
+            point[name] = dim.values[0]
+    return point
+
+
+def space_to_yaml(space: SearchSpace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, dim in space.items():
+        if isinstance(dim, FloatRange):
+            out[name] = {"low": dim.low, "high": dim.high, "log": dim.log, "type": "float"}
+        elif isinstance(dim, IntRange):
+            out[name] = {"low": dim.low, "high": dim.high, "step": dim.step, "type": "int"}
+        else:
+            out[name] = {"choices": list(dim.values)}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Storage, pruning
+# ---------------------------------------------------------------------------------------------
+def make_storage(url: str) -> Any:
+    """An Optuna storage from ``sqlite:///...``/another SQLAlchemy URL, or a journal file path."""
+    import optuna
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    if url.startswith("journal:"):
+        return JournalStorage(JournalFileBackend(url[len("journal:"):]))
+    if "://" in url:
+        return optuna.storages.RDBStorage(url)
+    if url.endswith((".journal", ".log", ".jsonl")):
+        return JournalStorage(JournalFileBackend(url))
+    raise ConfigError(f"--storage {url!r}: expected sqlite:///PATH (or another database URL), journal:PATH, "
+                      "or a path ending in .journal/.log")
+
+
+def make_pruner(name: str) -> Any:
+    import optuna
+
+    if name == "median":  # prune below the median of earlier trials at the same evaluation
+        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1)
+    if name == "none":
+        return optuna.pruners.NopPruner()
+    raise ConfigError(f"--pruner: must be one of {', '.join(PRUNERS)}, got {name!r}")
+
+
+def pruning_callback(trial: Any, metric: str):
+    """A ``TrainerCallback`` reporting ``metric`` (e.g. ``eval_accuracy``) at every dev evaluation.
+
+    Reports are numbered 1, 2, ... across all stages of the run; when the pruner says so it raises
+    :class:`optuna.TrialPruned` out of the Trainer loop (the engine records the run as failed with
+    that error, and Optuna records the trial as pruned).
+    """
+    import optuna
+    from transformers import TrainerCallback
+
+    class OptunaPruning(TrainerCallback):
+        def __init__(self) -> None:
+            self.evaluations = 0
+
+        def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, float] | None = None,
+                        **kwargs: Any) -> None:
+            if not metrics or metric not in metrics:
+                return
+            self.evaluations += 1
+            trial.report(float(metrics[metric]), self.evaluations)
+            if trial.should_prune():
+                raise optuna.TrialPruned(f"pruned at evaluation {self.evaluations} ({metric}={metrics[metric]:.4g})")
+
+    return OptunaPruning()
+
+
+# ---------------------------------------------------------------------------------------------
+# Study description shared by driver and workers
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TuneSpec:
+    study_name: str
+    storage: str
+    base: dict[str, Any]  # run keys every trial shares (method, task, teacher, student, overrides)
+    space: dict[str, Any]  # search_space in YAML form (space_to_yaml), picklable and readable
+    output: str
+    main_metric: str
+    pruner: str = "median"
+    sampler_seed: int | None = None
+
+    @property
+    def trials_dir(self) -> Path:
+        return Path(self.output) / "trials"
+
+    def dimensions(self) -> SearchSpace:
+        return {name: dimension_from_mapping(name, value) for name, value in self.space.items()}  # type: ignore[misc]
+
+
+def objective(spec: TuneSpec, trial: Any) -> float:
+    """One trial: suggest, run, return the main dev metric from ``result.json``."""
+    from kdbench.engine import run_experiment
+    from kdbench.records import RESULT_FILE, read_record
+
+    params = suggest(trial, spec.dimensions())
+    values = {**spec.base, **params, "label": f"{spec.study_name}-t{trial.number}", "output": str(spec.trials_dir)}
+    config = build_run_config(values)
+    trial.set_user_attr("run_dir", str(Path(spec.trials_dir)))
+    run_dir = run_experiment(config, callbacks=[pruning_callback(trial, f"eval_{spec.main_metric}")])
+    trial.set_user_attr("run_dir", str(run_dir))
+    metrics = read_record(run_dir / RESULT_FILE)["metrics"]
+    if spec.main_metric not in metrics:
+        raise ConfigError(f"trial {trial.number}: result.json of {run_dir} has no {spec.main_metric!r} "
+                          f"(metrics: {sorted(metrics)})")
+    return float(metrics[spec.main_metric])
+
+
+@dataclass(frozen=True)
+class WorkerRequest:
+    spec: TuneSpec
+    trials: int
+    worker: int
+
+
+class TuneWorker(submitit.helpers.Checkpointable):
+    """A submitted worker: loads the (already created) study and runs its share of the trials."""
+
+    def __call__(self, request: WorkerRequest) -> dict[str, int]:
+        import optuna
+
+        from kdbench.launch import configure_job_process
+
+        configure_job_process()
+        spec = request.spec
+        seed = None if spec.sampler_seed is None else spec.sampler_seed + request.worker
+        study = optuna.load_study(study_name=spec.study_name, storage=make_storage(spec.storage),
+                                  sampler=optuna.samplers.TPESampler(seed=seed), pruner=make_pruner(spec.pruner))
+        before = len(study.trials)
+        study.optimize(lambda trial: objective(spec, trial), n_trials=request.trials, catch=(Exception,),
+                       gc_after_trial=True)
+        mine = study.trials[before:]
+        return {state: sum(1 for t in mine if t.state.name == state) for state in ("COMPLETE", "PRUNED", "FAIL")}
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class TuneResult:
+    best_value: float
+    best_params: dict[str, Any]
+    best_trial: int
+    best_run_dir: str | None
+    counts: dict[str, int]
+    files: dict[str, str] = field(default_factory=dict)
+
+
+def prepare_study(spec: TuneSpec, direction: str = "maximize") -> Any:
+    """Create (or load) the study once, before any worker starts; fail stale RUNNING trials."""
+    import optuna
+    from optuna.trial import TrialState
+
+    storage = make_storage(spec.storage)
+    study = optuna.create_study(study_name=spec.study_name, storage=storage, direction=direction,
+                                load_if_exists=True, pruner=make_pruner(spec.pruner))
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        log.warning("trial %d was left running by an earlier invocation; marking it failed", trial.number)
+        storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+    study.set_user_attr("base", spec.base)
+    study.set_user_attr("search_space", spec.space)
+    study.set_user_attr("main_metric", spec.main_metric)
+    return study
+
+
+def finished_trials(study: Any) -> int:
+    from optuna.trial import TrialState
+
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+
+
+def split_trials(total: int, workers: int) -> list[int]:
+    """``total`` trials over ``workers`` workers, as evenly as possible, no empty shares."""
+    workers = max(1, min(workers, total))
+    return [total // workers + (1 if i < total % workers else 0) for i in range(workers)] if total > 0 else []
+
+
+def run_tune(spec: TuneSpec, trials: int, workers: int = 1, executor_kind: str = INLINE,
+             profile: str | dict[str, Any] | None = None) -> TuneResult:
+    import optuna
+
+    output = Path(spec.output)
+    output.mkdir(parents=True, exist_ok=True)
+    study = prepare_study(spec)
+    shares = split_trials(trials - finished_trials(study), workers)
+    if not shares:
+        log.info("study %s already has %d finished trials; running none", spec.study_name, finished_trials(study))
+    requests = [WorkerRequest(spec, n, i) for i, n in enumerate(shares)]
+    if requests and executor_kind == INLINE:
+        for request in requests:
+            TuneWorker()(request)
+    elif requests:
+        from kdbench.launch import make_executor
+
+        executor = make_executor(executor_kind, output / ".submitit", profile)
+        if executor_kind == "slurm":
+            executor.update_parameters(name=f"kdbench-tune-{spec.study_name}")
+        with executor.batch():
+            jobs = [executor.submit(TuneWorker(), request) for request in requests]
+        print(f"[kdbench] {len(jobs)} tuning worker(s) submitted ({executor_kind}): "
+              f"{', '.join(str(j.job_id) for j in jobs)}; trials per worker {shares}", flush=True)
+        errors = []
+        for job in jobs:
+            try:
+                job.result()
+            except Exception as error:  # noqa: BLE001 - report every worker, then fail
+                errors.append(f"worker {job.job_id}: {str(error).strip().splitlines()[-1] if str(error).strip() else error}")
+        if errors:
+            log.error("tuning workers failed: %s", "; ".join(errors))
+    study = optuna.load_study(study_name=spec.study_name, storage=make_storage(spec.storage))
+    counts = {state: sum(1 for t in study.trials if t.state.name == state)
+              for state in ("COMPLETE", "PRUNED", "FAIL", "RUNNING")}
+    completed = [t for t in study.trials if t.state.name == "COMPLETE"]
+    if not completed:
+        raise ConfigError(f"study {spec.study_name!r}: no trial completed ({counts}); see the trial run folders "
+                          f"under {spec.trials_dir}")
+    best = study.best_trial
+    files = export_best(spec, best.params, output)
+    files.update(save_plots(study, output))
+    result = TuneResult(best.value, best.params, best.number, best.user_attrs.get("run_dir"), counts, files)
+    (output / "best.json").write_text(json.dumps(result.__dict__, indent=2, default=str) + "\n")
+    return result
+
+
+def best_config_values(spec: TuneSpec, params: dict[str, Any]) -> dict[str, Any]:
+    values = {k: v for k, v in {**spec.base, **params}.items() if k not in PER_RUN_KEYS}
+    return values
+
+
+def export_best(spec: TuneSpec, params: dict[str, Any], output: Path) -> dict[str, str]:
+    """Write ``best_config.yaml``: the shared keys plus the best parameters, checked by
+    ``build_run_config`` so it is known to load."""
+    values = best_config_values(spec, params)
+    build_run_config({**values, "output": str(output / "best")})  # raises if it would not run
+    path = output / BEST_CONFIG
+    header = (f"# Best trial of study {spec.study_name!r} (maximising {spec.main_metric}).\n"
+              f"# kdbench run {values['method']} --config {path} --task {values['task']} "
+              f"--student {values['student']} --output {output / 'best'}\n")
+    path.write_text(header + yaml.safe_dump(values, sort_keys=False))
+    return {"best_config": str(path)}
+
+
+def save_plots(study: Any, output: Path) -> dict[str, str]:
+    """Optimisation history and parameter importances as PNG (optuna.visualization.matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import optuna.visualization.matplotlib as ovm
+
+    files: dict[str, str] = {}
+    plots = {"optimization_history": ovm.plot_optimization_history,
+             "param_importances": ovm.plot_param_importances}
+    for name, plot in plots.items():
+        path = output / f"{name}.png"
+        try:
+            axes = plot(study)
+        except (ValueError, RuntimeError) as error:  # e.g. importances need >= 2 completed trials
+            log.warning("no %s plot: %s", name, error)
+            continue
+        figure = axes.figure if hasattr(axes, "figure") else axes.flat[0].figure
+        figure.tight_layout()
+        figure.savefig(path, dpi=100)
+        plt.close(figure)
+        files[name] = str(path)
+    return files
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------------
+def spec_from_args(args: argparse.Namespace) -> TuneSpec:
+    from kdbench.engine import plan_run
+    from kdbench.plugins import METHODS, TASKS
+
+    values: dict[str, Any] = load_yaml(args.config) if args.config else {}
+    yaml_space = values.pop(SPACE_KEY, None)
+    if yaml_space is not None and not isinstance(yaml_space, dict):
+        raise ConfigError(f"{args.config}: search_space must be a mapping, got {yaml_space!r}")
+    values["method"] = args.method
+    for key in ("task", "teacher", "student", "data_dir"):
+        if getattr(args, key, None) is not None:
+            values[key] = getattr(args, key)
+    values.update(parse_overrides(args.overrides))
+    for key in PER_RUN_KEYS:
+        values.pop(key, None)
+    method_cls = METHODS.get(args.method)
+    base_config = build_run_config({**values, "output": args.output})
+    declared = method_cls.from_overrides(base_config.method_params).search_space()
+    space = resolve_space(declared, yaml_space, args.space or [])
+    plan_run(build_run_config({**values, **space_midpoint(space), "output": args.output}))  # every name valid
+    task = TASKS.get(base_config.task)
+    storage = args.storage or str(Path(args.output).resolve() / DEFAULT_STORAGE)
+    if storage.startswith("sqlite:///") and not storage.startswith("sqlite:////"):
+        path = Path(storage[len("sqlite:///"):])
+        storage = f"sqlite:///{path.resolve()}"  # workers may run elsewhere: make it absolute
+    return TuneSpec(
+        study_name=args.study_name or f"{method_cls.name}-{task.spec.name}",
+        storage=storage,
+        base=values,
+        space=space_to_yaml(space),
+        output=str(Path(args.output).resolve()),
+        main_metric=task.spec.main_metric,
+        pruner=args.pruner,
+        sampler_seed=args.sampler_seed,
+    )
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    if args.trials <= 0:
+        raise ConfigError(f"--trials: must be > 0, got {args.trials}")
+    if args.workers <= 0:
+        raise ConfigError(f"--workers: must be > 0, got {args.workers}")
+    if args.executor not in TUNE_EXECUTORS:
+        raise ConfigError(f"--executor: must be one of {', '.join(TUNE_EXECUTORS)}, got {args.executor!r}")
+    if args.executor == INLINE and args.workers > 1:
+        raise ConfigError("--workers > 1 needs --executor local or slurm (inline runs in this process)")
+    spec = spec_from_args(args)
+    result = run_tune(spec, args.trials, args.workers, args.executor, args.profile)
+    print(json.dumps({"best_value": result.best_value, "best_params": result.best_params,
+                      "best_trial": result.best_trial, "trials": result.counts}, default=str))
+    print(result.files["best_config"])
+    return 0
+
+
+def add_command(subparsers: Any) -> None:
+    tune = subparsers.add_parser("tune", help="Optuna search over a method's hyperparameters")
+    tune.add_argument("method")
+    tune.add_argument("--task", required=True)
+    tune.add_argument("--teacher", help="Hub id or local folder of the (fine-tuned) teacher")
+    tune.add_argument("--student", required=True, help="preset name, Hub id or folder")
+    tune.add_argument("--data-dir", dest="data_dir")
+    tune.add_argument("--config", help="YAML run config; may hold a search_space: mapping")
+    tune.add_argument("--output", default="tune", help="study folder (default: tune)")
+    tune.add_argument("--trials", type=int, required=True, help="finished trials wanted in the study in all")
+    tune.add_argument("--storage", help="sqlite:///PATH, journal:PATH or PATH.journal (default: OUTPUT/study.journal)")
+    tune.add_argument("--study-name", dest="study_name", help="default: METHOD-TASK")
+    tune.add_argument("--space", action="append", metavar="NAME=SPEC",
+                      help="override one dimension: float:LOW:HIGH[:log], int:LOW:HIGH[:STEP], choice:A,B, none")
+    tune.add_argument("--pruner", default="median", choices=PRUNERS)
+    tune.add_argument("--sampler-seed", dest="sampler_seed", type=int, default=None)
+    tune.add_argument("--workers", type=int, default=1, help="parallel workers sharing the storage")
+    tune.add_argument("--executor", default=INLINE, help="inline (this process) | debug | local | slurm")
+    tune.add_argument("--profile", help="cluster profile for --executor slurm (e.g. dev) or a YAML path")
+    tune.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="fixed run keys, e.g. epochs=1 max_steps=50")
+    tune.set_defaults(handler=cmd_tune)

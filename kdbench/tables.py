@@ -534,6 +534,7 @@ class Measured:
     mean: float
     std: float | None  # None with one seed
     n: int  # seeds
+    runs: int = 0  # runs behind the cell (> n: the best of several runs per seed was kept)
 
     def format(self, decimals: int) -> str:
         text = f"{self.mean:.{decimals}f}"
@@ -553,11 +554,12 @@ def aggregate(values: Sequence[tuple[Any, float]]) -> Measured | None:
     if not per_seed:
         return None
     numbers = list(per_seed.values())
+    runs = sum(1 for _, value in values if value is not None and not (isinstance(value, float) and math.isnan(value)))
     mean = sum(numbers) / len(numbers)
     if len(numbers) == 1:
-        return Measured(mean, None, 1)
+        return Measured(mean, None, 1, runs)
     std = math.sqrt(sum((x - mean) ** 2 for x in numbers) / (len(numbers) - 1))
-    return Measured(mean, std, len(numbers))
+    return Measured(mean, std, len(numbers), runs)
 
 
 def _run_metric(run: Mapping[str, Any], alternatives: Sequence[tuple[str, str]]) -> float | None:
@@ -702,7 +704,16 @@ def _build_paper_table(spec: TableSpec, runs, measurer: Measurer) -> Table:
                 cells.append(MISSING)
         table.rows.append([row.display, "ours", *cells])
     table.notes.extend(_notes(spec, runs, unmatched))
+    _note_selection(table)
     return table
+
+
+def _note_selection(table: Table) -> None:
+    selected = sorted(f"{row}/{col}" for (row, col), m in table.measured.items() if m.runs > m.n)
+    if selected:
+        table.notes.append(f"{len(selected)} cell(s) keep the best dev score of several runs with the same seed "
+                           f"(hyper-parameter selection on dev, as the papers do): {', '.join(selected[:6])}"
+                           + (" ..." if len(selected) > 6 else ""))
 
 
 def _notes(spec: TableSpec, runs, unmatched: list[int]) -> list[str]:
@@ -790,6 +801,7 @@ def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer) -> Tabl
                        "throughput ratio vs the run's teacher at batch 32 on this machine (only with --latency)")
     if len(runs) and "status" in runs and (runs["status"] != "completed").any():
         table.notes.append(f"{int((runs['status'] != 'completed').sum())} failed run(s) not shown")
+    _note_selection(table)
     return table
 
 

@@ -139,7 +139,8 @@ def test_selectors_labels_specificity_and_seeds(run, runs_frame):
     notes = " ".join(table.notes)
     assert "1 failed run(s)" in notes and "1 completed run(s) match no row" in notes and "pkd/mnli" in notes
     m = table.measured[("TinyBERT4", "MNLI-m")]
-    assert (m.n, m.mean) == (2, 81.0) and m.std == pytest.approx(2 ** 0.5)
+    assert (m.n, m.runs, m.mean) == (2, 3, 81.0) and m.std == pytest.approx(2 ** 0.5)
+    assert "2 cell(s) keep the best dev score" in notes and "TinyBERT4/MNLI-m" in notes
 
 
 def test_equal_specificity_is_an_error(run, runs_frame):

@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "kdbench.measure",
     "kdbench.plots",
     "kdbench.tasks.corpus",
+    "kdbench.predict",
     "kdbench.sweep",
     "kdbench.tuning",
 )
@@ -119,7 +120,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if not predictions.is_file():
         raise FileNotFoundError(f"predictions file {str(predictions)!r} does not exist")
     data_dir = DataConfig(data_dir=args.data_dir).resolved_data_dir()
-    metrics = task.score_prediction_file(predictions, data_dir, args.split)
+    extra = {}
+    if args.na_probs is not None:  # SQuAD v2.0: no-answer scores for the threshold and its search
+        extra = {"na_probs": Path(args.na_probs), "na_prob_threshold": args.na_prob_thresh}
+    metrics = task.score_prediction_file(predictions, data_dir, args.split, **extra)
     print(json.dumps(metrics))
     return 0
 
@@ -151,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--predictions", required=True)
     evaluate.add_argument("--data-dir")
     evaluate.add_argument("--split", default="dev")
+    evaluate.add_argument("--na-probs", default=None, help="SQuAD v2.0: JSON {question_id: no-answer score}")
+    evaluate.add_argument("--na-prob-thresh", type=float, default=1.0, help="SQuAD v2.0: no-answer threshold")
     evaluate.set_defaults(handler=cmd_evaluate)
 
     for module_name in COMMAND_MODULES:

@@ -210,3 +210,33 @@ def test_squad_through_the_engine(tmp_path: Path, tiny_bert_dir: Path) -> None:
     assert record["status"] == "completed"
     assert set(record["metrics"]) == {"em", "f1"} and 0.0 <= record["metrics"]["f1"] <= 100.0
     assert record["data"]["train_rows"] > 12  # several windows per question at length 32
+
+
+def test_v2_score_from_logits_reports_hasans_noans_and_best(tokenizer) -> None:
+    examples = [
+        {"id": "a", "context": "Paris is the capital of France.", "question": "Capital?", "is_impossible": False,
+         "answers": [{"text": "Paris", "answer_start": 0}]},
+        {"id": "b", "context": "Rome is old.", "question": "Who won?", "is_impossible": True, "answers": []},
+    ]
+    split = SQUAD_V2.encode_examples_for_eval(examples, tokenizer, 32, "dev")
+    rows = split.features[:]
+    width = max(len(x) for x in rows["input_ids"])
+    start, end = np.zeros((2, width)), np.zeros((2, width))
+    paris = rows["offset_start"][0].index(0)
+    start[0, paris], end[0, paris] = 4.0, 4.0  # "Paris" scores 8 > null 0
+    start[1, 0], end[1, 0] = 3.0, 3.0  # b: null 6 beats every span (0)
+    metrics = SQUAD_V2.score(split, {"start_logits": start, "end_logits": end})
+    assert metrics["em"] == 100.0 and metrics["f1"] == 100.0
+    assert metrics["has_ans_em"] == 100.0 and metrics["no_ans_em"] == 100.0 and metrics["total"] == 2
+    assert metrics["best_f1"] == 100.0 and "best_f1_thresh" in metrics
+
+
+def test_evaluate_v2_with_no_answer_scores(shared_data: Path, tmp_path: Path) -> None:
+    data = read_squad_json(SQUAD_V2.find_file(shared_data, "dev"), V2)
+    answers = {e["id"]: (e["answers"][0]["text"] if e["answers"] else "") for e in data.examples}
+    preds, probs = tmp_path / "p.json", tmp_path / "na.json"
+    preds.write_text(json.dumps(answers))
+    probs.write_text(json.dumps({qid: 0.0 for qid in answers}))
+    result = SQUAD_V2.score_prediction_file(preds, shared_data, na_probs=probs)
+    assert result["em"] == 100.0 and result["has_ans_total"] == 5928 and result["no_ans_total"] == 5945
+    assert result["best_f1"] == 100.0

@@ -29,8 +29,10 @@ COMMAND_MODULES: tuple[str, ...] = (
     "kdbench.plots",
     "kdbench.tasks.corpus",
     "kdbench.predict",
+    "kdbench.augment_cli",
     "kdbench.sweep",
     "kdbench.tuning",
+    "kdbench.bench",
 )
 
 

@@ -1,0 +1,109 @@
+"""The TinyBERT-style distillation job run with TextBrewer, for ``kdbench bench``.
+
+Same teacher, student, batches, batch size and losses as kdbench's ``tinybert-joint`` bench stage:
+embeddings + hidden-state MSE on uniformly mapped layers (student layer s <- teacher layer s*k),
+attention MSE on the matching layers, and soft cross-entropy on the logits (``kd_loss_type="ce"``,
+temperature 1, no hard-label term), gradient clipping at 1.0, AdamW. TextBrewer's own training loop
+(``GeneralDistiller.train`` with ``num_steps``) runs over the very batches kdbench's engine consumed.
+
+TextBrewer reads attention maps from ``output_attentions=True`` (Hugging Face's post-softmax
+probabilities), which needs eager attention; kdbench keeps SDPA and rebuilds pre-softmax scores
+from q/k hooks. TextBrewer 0.2.1 imports a TensorBoard ``SummaryWriter`` at import time; it is only
+used when ``log_dir`` is set, so when neither ``tensorboardX`` nor ``tensorboard`` is installed a
+no-op stand-in is registered first (it is never called: ``log_dir`` stays None).
+
+Optional dependency: ``pip install 'kdbench[bench]'`` (textbrewer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.util
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def _install_summary_writer_stand_in() -> None:
+    if "tensorboardX" in sys.modules or importlib.util.find_spec("tensorboardX") or importlib.util.find_spec("tensorboard"):
+        return
+
+    class SummaryWriter:  # never instantiated: TrainingConfig.log_dir stays None
+        def __init__(self, *args: Any, **kwargs: Any):
+            raise RuntimeError("TensorBoard is not installed; run TextBrewer with log_dir=None")
+
+    module = types.ModuleType("tensorboardX")
+    module.SummaryWriter = SummaryWriter
+    sys.modules.setdefault("tensorboardX", module)
+
+
+def available() -> bool:
+    if importlib.util.find_spec("textbrewer") is None:
+        return False
+    _install_summary_writer_stand_in()
+    try:
+        import textbrewer  # noqa: F401
+    except Exception:  # noqa: BLE001 - any import failure means TextBrewer cannot be measured
+        return False
+    return True
+
+
+def eager_copy(model: Any) -> Any:
+    """A copy of ``model`` on eager attention (the only one that returns attention maps)."""
+    clone = copy.deepcopy(model)
+    clone.set_attn_implementation("eager")
+    return clone
+
+
+def _adaptor(batch: Any, outputs: Any) -> dict[str, Any]:
+    return {"logits": outputs.logits, "hidden": outputs.hidden_states, "attention": outputs.attentions}
+
+
+def intermediate_matches(teacher_layers: int, student_layers: int) -> list[dict[str, Any]]:
+    step = teacher_layers // student_layers
+    matches = [{"layer_T": 0, "layer_S": 0, "feature": "hidden", "loss": "hidden_mse", "weight": 1}]
+    for s in range(1, student_layers + 1):
+        matches.append({"layer_T": s * step, "layer_S": s, "feature": "hidden", "loss": "hidden_mse", "weight": 1})
+        matches.append({"layer_T": s * step - 1, "layer_S": s - 1, "feature": "attention", "loss": "attention_mse",
+                        "weight": 1})
+    return matches
+
+
+def run(teacher: Any, student: Any, batches: list[dict[str, Any]], *, warmup: int, teacher_layers: int,
+        student_layers: int, lr: float, device: Any, bf16: bool, workdir: Path) -> float:
+    """Train ``student`` with TextBrewer over ``batches``; seconds of the steps after ``warmup``."""
+    import torch
+
+    _install_summary_writer_stand_in()
+    from textbrewer import DistillationConfig, GeneralDistiller, TrainingConfig
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    # One extra batch: its pre-step stamp closes the timing of the last real step. The only
+    # checkpoint TextBrewer writes comes after it.
+    feed = [*batches, batches[-1]]
+    train_config = TrainingConfig(device=device, output_dir=str(workdir), ckpt_steps=len(feed), log_dir=None)
+    distill_config = DistillationConfig(temperature=1, hard_label_weight=0, kd_loss_type="ce", kd_loss_weight=1,
+                                        intermediate_matches=intermediate_matches(teacher_layers, student_layers))
+    teacher.eval()
+    student.train()
+    distiller = GeneralDistiller(train_config, distill_config, teacher, student, _adaptor, _adaptor)
+    optimizer = torch.optim.AdamW(student.parameters(), lr=lr, weight_decay=0.01)
+    stamps: list[float] = []
+
+    def strip_and_clock(batch: dict[str, Any]) -> dict[str, Any]:
+        # Called before every step: the time between two calls is one TextBrewer step.
+        if device.type == "cuda" and len(stamps) in (warmup, len(batches)):
+            torch.cuda.synchronize()
+        stamps.append(time.perf_counter())
+        return {key: batch[key] for key in MODEL_INPUTS if key in batch}
+
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    with autocast:
+        distiller.train(optimizer, feed, num_steps=len(feed), max_grad_norm=1.0,
+                        batch_postprocessor=strip_and_clock, output_hidden_states=True, output_attentions=True)
+    return stamps[len(batches)] - stamps[warmup]

@@ -1,0 +1,641 @@
+"""``kdbench bench``: training throughput of every method against its floor, the cache and TextBrewer.
+
+For each method stage, on the same batches in the same process:
+
+- **engine**: examples/s of ``DistillationTrainer`` (the real engine: Trainer, collator,
+  length-grouped sampler, the method's loss, optimiser and scheduler), teacher run live;
+- **floor**: examples/s of the least a framework must do — teacher forward under ``no_grad``,
+  student forward, the stage's loss, backward, gradient clipping, AdamW step — in a bare loop over
+  the batches the engine consumed (already collated and on the device);
+- **cached**: the engine again, reading teacher outputs from the on-disk cache (stages whose
+  teacher features are small; the one-off teacher pass is reported separately).
+
+Measurements are interleaved (engine, floor, cached, engine, floor, cached, ...) and summarised by
+medians; ``ratio`` is the median of the paired engine-time/floor-time ratios. A TinyBERT-style job
+(attention and hidden-state MSE on mapped layers, embeddings, soft cross-entropy on logits, one stage)
+is also run with TextBrewer (``benchmarks/textbrewer_job.py``) on the same batches, and
+augmentation throughput (sentences/s of :class:`kdbench.augment.Augmenter` with a small MLM built from
+a config) is measured. Results: ``bench-<device>-<time>.json`` and ``.md`` under ``--output``.
+
+This module imports nothing heavy at import time (``kdbench --help`` stays fast).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_METHODS = ("finetune", "kd", "tinybert", "pkd", "distilbert", "mobilebert")
+
+
+@dataclass
+class BenchOptions:
+    task: str = "sst2"
+    teacher: str = ""
+    student: str = "teacher-3l"
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    steps: int = 20
+    warmup: int = 3
+    repeats: int = 3
+    batch_size: int = 32
+    max_seq_length: int = 64
+    precision: str = "auto"
+    compile: bool = False
+    data_dir: str | None = None
+    output: str = "results/benchmarks"
+    textbrewer: bool = True
+    augment: bool = True
+    augment_sentences: int = 64
+    overrides: dict[str, str] = field(default_factory=dict)
+
+
+def add_command(subparsers: Any) -> None:
+    bench = subparsers.add_parser("bench", help="training-throughput benchmark: engine vs floor, cache, TextBrewer")
+    bench.add_argument("--task", default="sst2")
+    bench.add_argument("--teacher", required=True, help="fine-tuned teacher (Hub id or folder) for --task")
+    bench.add_argument("--student", default="teacher-3l", help="student preset, Hub id or folder")
+    bench.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated method names")
+    bench.add_argument("--steps", type=int, default=20, help="timed steps per measurement")
+    bench.add_argument("--warmup", type=int, default=3, help="untimed steps before them")
+    bench.add_argument("--repeats", type=int, default=3, help="interleaved repetitions (medians are reported)")
+    bench.add_argument("--batch-size", type=int, default=32)
+    bench.add_argument("--max-seq-length", type=int, default=64)
+    bench.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "fp16"))
+    bench.add_argument("--compile", action="store_true", help="torch.compile student and teacher")
+    bench.add_argument("--data-dir")
+    bench.add_argument("--output", default="results/benchmarks")
+    bench.add_argument("--no-textbrewer", action="store_true")
+    bench.add_argument("--no-augment", action="store_true")
+    bench.add_argument("--augment-sentences", type=int, default=64)
+    bench.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="run-config overrides for every method")
+    bench.set_defaults(handler=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from kdbench.config import ConfigError, parse_overrides
+
+    options = BenchOptions(
+        task=args.task, teacher=args.teacher, student=args.student,
+        methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()),
+        steps=args.steps, warmup=args.warmup, repeats=args.repeats, batch_size=args.batch_size,
+        max_seq_length=args.max_seq_length, precision=args.precision, compile=args.compile, data_dir=args.data_dir,
+        output=args.output, textbrewer=not args.no_textbrewer, augment=not args.no_augment,
+        augment_sentences=args.augment_sentences, overrides=parse_overrides(args.overrides),
+    )
+    for name in ("steps", "repeats", "batch_size", "augment_sentences"):
+        if getattr(options, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(options, name)!r}")
+    if options.warmup < 0:
+        raise ConfigError(f"--warmup: must be >= 0, got {options.warmup!r}")
+    if not options.methods:
+        raise ConfigError("--methods: give at least one method name")
+    result = run_bench(options)
+    json_path, md_path = write_results(result, Path(options.output))
+    print(render_markdown(result))
+    print(json_path)
+    print(md_path)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Machine
+# ---------------------------------------------------------------------------------------------
+def machine_description() -> dict[str, Any]:
+    import os
+
+    import torch
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    description = {
+        "cpu": cpu,
+        "cpu_cores": os.cpu_count(),
+        "cpu_cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "load_average_at_start": load,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "platform": platform.platform(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+    try:
+        import textbrewer
+
+        description["textbrewer"] = textbrewer.__version__
+    except Exception:  # noqa: BLE001 - optional dependency; absent or broken both mean "not measured"
+        description["textbrewer"] = None
+    return description
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurements
+# ---------------------------------------------------------------------------------------------
+class _Timer:
+    """Wall time between the end of step ``warmup`` and the end of the last step (2 syncs)."""
+
+    def __init__(self, device: Any, warmup: int, total: int):
+        self.device, self.warmup, self.total = device, warmup, total
+        self.start = self.end = None
+
+    def sync(self) -> None:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def step_done(self, step: int) -> None:
+        if step == self.warmup:
+            self.sync()
+            self.start = time.perf_counter()
+        if step == self.total:
+            self.sync()
+            self.end = time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+def _peak_memory(device: Any) -> dict[str, float]:
+    import resource
+
+    import torch
+
+    found = {"max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    if device.type == "cuda":
+        found["gpu_peak_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    return found
+
+
+def _reset_peak(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _engine_run(setup: Setup, config: Any, stage: Any, module: Any, teacher_order: Any, cached: Any,
+                workdir: Path, record: bool) -> tuple[float, list[dict[str, Any]], dict[str, float]]:
+    """Train ``warmup + steps`` steps with the engine's Trainer; returns seconds of the timed steps."""
+    import dataclasses
+
+    from transformers import DataCollatorWithPadding, TrainerCallback
+
+    from kdbench.engine import DistillationTrainer, training_arguments
+
+    options = setup.options
+    total = options.warmup + options.steps
+    timer = _Timer(setup.device, options.warmup, total)
+    batches: list[dict[str, Any]] = []
+
+    class StepClock(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            timer.step_done(state.global_step)
+
+    class RecordingTrainer(DistillationTrainer):
+        def compute_loss(self, model: Any, inputs: Any, *rest: Any, **kwargs: Any) -> Any:
+            if record and model.training:
+                batches.append(inputs)
+            return super().compute_loss(model, inputs, *rest, **kwargs)
+
+    args = training_arguments(config, stage, workdir, setup.task.spec.main_metric, has_eval=False)
+    args = dataclasses.replace(args, max_steps=total, save_strategy="no", disable_tqdm=True)
+    trainer = RecordingTrainer(
+        model=module, args=args, train_dataset=setup.train_dataset,
+        data_collator=DataCollatorWithPadding(setup.tokenizer), processing_class=setup.tokenizer,
+        callbacks=[StepClock()], stage=stage, teacher=setup.teacher, teacher_order=teacher_order, task=setup.task,
+        eval_splits=[], eval_tokenizer=setup.tokenizer, cached_teacher=cached,
+    )
+    _reset_peak(setup.device)
+    try:
+        trainer.train()
+    finally:
+        trainer.release()
+    return timer.seconds, batches, _peak_memory(setup.device)
+
+
+def _floor_run(setup: Setup, stage: Any, module: Any, teacher_order: Any, batches: list[dict[str, Any]],
+               lr: float) -> tuple[float, dict[str, float]]:
+    """The bare loop over the engine's own batches: teacher forward (no_grad), student step."""
+    import contextlib
+
+    import torch
+
+    from kdbench.capture import FeatureCapture
+    from kdbench.engine import model_inputs
+    from kdbench.method import all_parameters
+
+    options = setup.options
+    timer = _Timer(setup.device, options.warmup, len(batches))
+    groups = (stage.param_groups or all_parameters)(module.student, module.extras)
+    params = [p for group in groups for p in group.params if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    student_capture = FeatureCapture(module.student, stage.student_features)
+    teacher_capture = FeatureCapture(setup.teacher, stage.teacher_features) if stage.uses_teacher else None
+    autocast = (torch.autocast(setup.device.type, dtype=torch.bfloat16) if setup.precision == "bf16"
+                else contextlib.nullcontext())
+    module.train()
+    _reset_peak(setup.device)
+    try:
+        for step, batch in enumerate(batches, start=1):
+            if stage.prepare_batch is not None:
+                batch = dict(stage.prepare_batch(batch))
+            inputs = model_inputs(batch)
+            with autocast:
+                teacher_features = None
+                if teacher_capture is not None:
+                    with torch.no_grad():
+                        teacher_features = teacher_capture.collect(setup.teacher(**inputs))
+                    if teacher_order is not None and teacher_features.logits is not None:
+                        teacher_features.logits = teacher_features.logits[:, teacher_order]
+                student_features = student_capture.collect(module.student(**inputs))
+                terms = stage.loss(batch, student_features, teacher_features)
+                loss = torch.stack([value.float() for value in terms.values()]).sum()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            timer.step_done(step)
+    finally:
+        student_capture.remove()
+        if teacher_capture is not None:
+            teacher_capture.remove()
+    return timer.seconds, _peak_memory(setup.device)
+
+
+# ---------------------------------------------------------------------------------------------
+# Setup shared by every method
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Setup:
+    options: BenchOptions
+    device: Any
+    precision: str
+    tokenizer: Any
+    task: Any
+    teacher: Any
+    train_dataset: Any
+    workdir: Path
+    cache_root: Path
+
+
+def _run_config(options: BenchOptions, method: str) -> Any:
+    from kdbench.config import build_run_config
+
+    values: dict[str, Any] = {
+        "method": method, "task": options.task, "teacher": options.teacher, "student": options.student,
+        "batch_size": options.batch_size, "max_seq_length": options.max_seq_length, "precision": options.precision,
+        "max_train_samples": (options.warmup + options.steps) * options.batch_size, "output": "unused",
+        "train.compile": options.compile,
+    }
+    if options.data_dir:
+        values["data_dir"] = options.data_dir
+    values.update(options.overrides)
+    return build_run_config(values)
+
+
+def _setup(options: BenchOptions, workdir: Path) -> Setup:
+    import torch
+    from transformers import AutoTokenizer
+
+    from kdbench.cache import add_index_columns
+    from kdbench.engine import load_model, plan_run, resolved_precision
+    from kdbench.task import MODEL_INPUTS, TRAINING_TARGETS
+
+    config = _run_config(options, "kd")
+    plan = plan_run(config)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer or config.teacher)
+    split = plan.task.encode_train(tokenizer, config)
+    columns = [c for c in (*MODEL_INPUTS, *TRAINING_TARGETS) if c in split.features.column_names]
+    dataset = add_index_columns(split.features.select_columns(columns))
+    teacher = load_model(config.teacher, plan.task.spec.head, plan.task.spec, trust_remote_code=False, role="teacher")
+    teacher.to(device).eval()
+    for parameter in teacher.parameters():
+        parameter.requires_grad_(False)
+    if options.compile:
+        teacher.compile()
+    return Setup(options, device, resolved_precision(config), tokenizer, plan.task, teacher, dataset, workdir,
+                 workdir / "teacher-cache")
+
+
+# ---------------------------------------------------------------------------------------------
+# Per method
+# ---------------------------------------------------------------------------------------------
+def _build_method(setup: Setup, method_name: str) -> tuple[Any, Any, Any, list[Any], Any]:
+    from kdbench.engine import DistillationModule, build_student, plan_run, teacher_label_order
+    from kdbench.method import MethodContext
+
+    config = _run_config(setup.options, method_name)
+    plan = plan_run(config)
+    spec = plan.task.spec
+    student = build_student(plan, setup.teacher, setup.tokenizer).to(setup.device)
+    if setup.options.compile:
+        student.compile()
+    context = MethodContext(task=spec, student_config=student.config, teacher_config=setup.teacher.config, run=config)
+    plan.method.validate(context)
+    extras = plan.method.extra_modules(context).to(setup.device)
+    stages = plan.method.stages(context)
+    order = teacher_label_order(setup.teacher, spec) if plan.method.requires_teacher else None
+    return config, plan, DistillationModule(student, extras), stages, order
+
+
+def _summary(values: list[float]) -> dict[str, Any]:
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
+            "max": round(max(values), 3), "all": [round(v, 3) for v in values]}
+
+
+def bench_stage(setup: Setup, method: str, config: Any, stage: Any, module: Any, order: Any) -> dict[str, Any]:
+    from kdbench.cache import TeacherCacheSession
+
+    options = setup.options
+    examples = options.steps * options.batch_size
+    uses_teacher = stage.uses_teacher
+    lr = stage.lr if stage.lr is not None else config.train.lr
+    session = cached = None
+    plan_note = "stage runs no teacher"
+    if uses_teacher:
+        from transformers import DataCollatorWithPadding
+
+        session = TeacherCacheSession(
+            teacher=setup.teacher, dataset=setup.train_dataset, collate=DataCollatorWithPadding(setup.tokenizer),
+            device=setup.device, head=setup.task.spec.head.value, max_length=options.max_seq_length,
+            batch_size=config.train.eval_batch_size, precision=setup.precision, budget_mb=0.0, root=setup.cache_root)
+        cached = session.for_stage(stage)
+        plan_note = session.plans[0].reason
+    engine_s, floor_s, cached_s, ratios, speedups = [], [], [], [], []
+    memory: dict[str, dict[str, float]] = {}
+    tokens = 0
+    for _ in range(options.repeats):
+        seconds, batches, memory["engine"] = _engine_run(setup, config, stage, module, order, None, setup.workdir,
+                                                         record=True)
+        timed = batches[options.warmup:]
+        tokens = int(sum(int(b["attention_mask"].sum()) for b in timed))
+        floor, memory["floor"] = _floor_run(setup, stage, module, order, batches, lr)
+        engine_s.append(seconds)
+        floor_s.append(floor)
+        ratios.append(seconds / floor)
+        if cached is not None:
+            with_cache, _, memory["cached"] = _engine_run(setup, config, stage, module, order, cached, setup.workdir,
+                                                          record=False)
+            cached_s.append(with_cache)
+            speedups.append(seconds / with_cache)
+    row: dict[str, Any] = {
+        "method": method, "stage": stage.name, "uses_teacher": uses_teacher,
+        "timed_examples": examples, "timed_tokens": tokens,
+        "engine_examples_per_s": _summary([examples / s for s in engine_s]),
+        "floor_examples_per_s": _summary([examples / s for s in floor_s]),
+        "engine_over_floor": _summary(ratios),
+        "peak_memory": memory,
+    }
+    if cached is not None:
+        plan = session.plans[0]
+        row["cached_examples_per_s"] = _summary([examples / s for s in cached_s])
+        row["cache_speedup"] = _summary(speedups)
+        row["cache"] = {"fields": list(plan.fields), "precompute_seconds": plan.precompute_seconds,
+                        "rows": setup.train_dataset.num_rows, "bytes": plan.bytes}
+    else:
+        row["cache"] = {"used": False, "reason": plan_note}
+    return row
+
+
+def tinybert_joint_stage(teacher_layers: int, student_layers: int) -> Any:
+    """One stage with TinyBERT's losses summed: embeddings + hidden MSE on uniformly mapped layers,
+    attention-score MSE, soft cross-entropy (T = 1) on the logits — the job given to TextBrewer."""
+    from kdbench.features import FeatureRequest
+    from kdbench.losses import hidden_mse_loss, soft_cross_entropy, tinybert_attention_loss
+    from kdbench.method import Stage
+
+    step = teacher_layers // student_layers
+    request = FeatureRequest(hidden_states=True, attention_scores=True)
+
+    def loss(batch: Any, student: Any, teacher: Any) -> dict[str, Any]:
+        terms = {"embd": hidden_mse_loss(student.hidden_states[0], teacher.hidden_states[0])}
+        hidden = attention = 0.0
+        for s in range(1, student_layers + 1):
+            hidden = hidden + hidden_mse_loss(student.hidden_states[s], teacher.hidden_states[s * step])
+            attention = attention + tinybert_attention_loss(student.attention_scores[s - 1],
+                                                            teacher.attention_scores[s * step - 1])
+        terms.update(hidn=hidden, attn=attention, pred=soft_cross_entropy(student.logits, teacher.logits, 1.0))
+        return terms
+
+    return Stage("tinybert-joint", loss, student_features=request, teacher_features=request)
+
+
+def bench_textbrewer(setup: Setup) -> dict[str, Any]:
+    """kdbench engine vs TextBrewer on the same TinyBERT-style job and the same batches."""
+    import copy
+
+    options = setup.options
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    try:
+        import textbrewer_job
+    except ImportError as error:
+        return {"skipped": f"benchmarks/textbrewer_job.py cannot be imported: {error}"}
+    finally:
+        sys.path.pop(0)
+    if not textbrewer_job.available():
+        return {"skipped": "textbrewer is not installed (pip install 'kdbench[bench]')"}
+    config, plan, module, _, order = _build_method(setup, "kd")
+    layers_t = setup.teacher.config.num_hidden_layers
+    layers_s = module.student.config.num_hidden_layers
+    stage = tinybert_joint_stage(layers_t, layers_s)
+    # TextBrewer reads attention maps from output_attentions, which needs eager attention.
+    eager_teacher = textbrewer_job.eager_copy(setup.teacher)
+    ours, theirs, ratios, floors = [], [], [], []
+    examples = options.steps * options.batch_size
+    memory: dict[str, Any] = {}
+    for _ in range(options.repeats):
+        seconds, batches, memory["engine"] = _engine_run(setup, config, stage, module, order, None, setup.workdir,
+                                                         record=True)
+        floor, _ = _floor_run(setup, stage, module, order, batches, config.train.lr)
+        student = textbrewer_job.eager_copy(copy.deepcopy(module.student))
+        _reset_peak(setup.device)
+        tb_seconds = textbrewer_job.run(eager_teacher, student, batches, warmup=options.warmup,
+                                        teacher_layers=layers_t, student_layers=layers_s, lr=config.train.lr,
+                                        device=setup.device, bf16=setup.precision == "bf16",
+                                        workdir=setup.workdir / "textbrewer")
+        memory["textbrewer"] = _peak_memory(setup.device)
+        ours.append(seconds)
+        floors.append(floor)
+        theirs.append(tb_seconds)
+        ratios.append(tb_seconds / seconds)
+    return {
+        "job": f"TinyBERT-style, one stage: embeddings + hidden MSE on layers T{{{step_list(layers_t, layers_s)}}} "
+               "+ attention MSE + soft CE on logits",
+        "kdbench_examples_per_s": _summary([examples / s for s in ours]),
+        "floor_examples_per_s": _summary([examples / s for s in floors]),
+        "textbrewer_examples_per_s": _summary([examples / s for s in theirs]),
+        "kdbench_over_textbrewer_throughput": _summary(ratios),
+        "peak_memory": memory,
+        "notes": "kdbench: teacher and student on SDPA, attention scores rebuilt from q/k hooks; TextBrewer: "
+                 "eager attention (output_attentions), attention MSE on its attention probabilities, "
+                 "kd_loss_type=ce, temperature 1, its own loop (GeneralDistiller.train, num_steps).",
+    }
+
+
+def step_list(teacher_layers: int, student_layers: int) -> str:
+    step = teacher_layers // student_layers
+    return ",".join(str(s * step) for s in range(1, student_layers + 1))
+
+
+def bench_augmentation(setup: Setup) -> dict[str, Any]:
+    """Sentences/s of TinyBERT augmentation with a small MLM built from a config (random weights)."""
+    import numpy as np
+    import torch
+    from transformers import BertConfig, BertForMaskedLM
+
+    from kdbench.augment import AugmentConfig, Augmenter, Glove
+
+    options = setup.options
+    torch.manual_seed(0)
+    mlm_config = BertConfig(vocab_size=len(setup.tokenizer), hidden_size=128, num_hidden_layers=2,
+                            num_attention_heads=2, intermediate_size=512, max_position_embeddings=512)
+    mlm = BertForMaskedLM(mlm_config).to(setup.device).eval()
+    vocab = [w for w in setup.tokenizer.get_vocab() if w.isalpha()][:20000]
+    rng = np.random.default_rng(0)
+    glove = Glove(vocab, rng.standard_normal((len(vocab), 50)).astype(np.float32))
+    rows = setup.train_dataset.num_rows
+    sentences = [setup.tokenizer.decode(setup.train_dataset[i]["input_ids"], skip_special_tokens=True)
+                 for i in range(min(rows, options.augment_sentences))]
+    rates = []
+    for repeat in range(options.repeats):
+        augmenter = Augmenter(mlm, setup.tokenizer, AugmentConfig(n_aug=20, top_k=15, seed=repeat), glove=glove)
+        started = time.perf_counter()
+        produced = augmenter.augment(sentences)
+        rates.append(len(sentences) / (time.perf_counter() - started))
+    return {"sentences": len(sentences), "n_aug": 20, "top_k": 15,
+            "mlm": "BertForMaskedLM 2 layers, hidden 128 (random weights, from config)",
+            "glove": f"{len(vocab)} words x 50 d (random vectors)",
+            "variants_per_sentence": round(sum(len(v) for v in produced) / len(produced), 2),
+            "sentences_per_s": _summary(rates)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole benchmark
+# ---------------------------------------------------------------------------------------------
+def run_bench(options: BenchOptions) -> dict[str, Any]:
+    import torch
+
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    with tempfile.TemporaryDirectory(prefix="kdbench-bench-") as tmp:
+        workdir = Path(tmp)
+        setup = _setup(options, workdir)
+        result: dict[str, Any] = {
+            "started_at": started,
+            "machine": machine_description(),
+            "device": str(setup.device),
+            "precision": setup.precision,
+            "compile": options.compile,
+            "options": {k: v for k, v in options.__dict__.items()},
+            "teacher_attention": setup.teacher.config._attn_implementation,
+            "train_rows": setup.train_dataset.num_rows,
+            "methods": [],
+            "skipped_methods": {},
+        }
+        for method in options.methods:
+            try:
+                config, plan, module, stages, order = _build_method(setup, method)
+            except Exception as error:  # noqa: BLE001 - a method that cannot run here is reported, not fatal
+                result["skipped_methods"][method] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+                continue
+            for stage in stages:
+                print(f"[kdbench bench] {method} / {stage.name}", file=sys.stderr, flush=True)
+                try:
+                    result["methods"].append(bench_stage(setup, method, config, stage, module, order))
+                except Exception as error:  # noqa: BLE001
+                    result["skipped_methods"][f"{method}/{stage.name}"] = f"{type(error).__name__}: {error}"
+            del module
+            if setup.device.type == "cuda":
+                torch.cuda.empty_cache()
+        if options.textbrewer:
+            print("[kdbench bench] textbrewer", file=sys.stderr, flush=True)
+            result["textbrewer"] = bench_textbrewer(setup)
+        if options.augment:
+            print("[kdbench bench] augmentation", file=sys.stderr, flush=True)
+            result["augmentation"] = bench_augmentation(setup)
+    result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    return result
+
+
+def write_results(result: dict[str, Any], folder: Path) -> tuple[Path, Path]:
+    from kdbench.records import write_json_atomic
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tag = "gpu" if result["machine"].get("gpu") else "cpu"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    json_path = folder / f"bench-{tag}-{stamp}.json"
+    md_path = folder / f"bench-{tag}-{stamp}.md"
+    write_json_atomic(json_path, result)
+    md_path.write_text(render_markdown(result))
+    return json_path, md_path
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    machine = result["machine"]
+    device = machine["gpu"] or f"{machine['cpu']} ({machine['cpu_cores_usable']} usable cores)"
+    options = result["options"]
+    lines = [
+        f"### Training throughput — {device}, torch {machine['torch']}, transformers {machine['transformers']}, "
+        f"{result['precision']}{', compiled' if result['compile'] else ''}",
+        "",
+        f"Task {options['task']}, teacher `{Path(options['teacher']).name}` ({result['teacher_attention']} attention), "
+        f"student `{options['student']}`, batch {options['batch_size']}, max length {options['max_seq_length']}, "
+        f"dynamic padding + length-grouped batches; {options['steps']} timed steps after {options['warmup']} warm-up, "
+        f"{options['repeats']} interleaved repeats, medians. Load average at start: "
+        f"{machine.get('load_average_at_start')}.",
+        "",
+        "| method | stage | engine ex/s | floor ex/s | engine/floor time | cached ex/s | cache speed-up | peak memory |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in result["methods"]:
+        cached = row.get("cached_examples_per_s")
+        memory = row["peak_memory"].get("engine", {})
+        peak = f"{memory['gpu_peak_mb']:.0f} MB GPU" if "gpu_peak_mb" in memory else f"{memory.get('max_rss_mb', 0):.0f} MB RSS"
+        lines.append(
+            f"| {row['method']} | {row['stage']} | {row['engine_examples_per_s']['median']:.1f} | "
+            f"{row['floor_examples_per_s']['median']:.1f} | {row['engine_over_floor']['median']:.3f}x | "
+            f"{cached['median']:.1f} | {row['cache_speedup']['median']:.2f}x | {peak} |" if cached else
+            f"| {row['method']} | {row['stage']} | {row['engine_examples_per_s']['median']:.1f} | "
+            f"{row['floor_examples_per_s']['median']:.1f} | {row['engine_over_floor']['median']:.3f}x | — | — | {peak} |"
+        )
+    for name, why in result.get("skipped_methods", {}).items():
+        lines.append(f"| {name} | skipped | {why} | | | | | |")
+    textbrewer = result.get("textbrewer")
+    if textbrewer:
+        lines.append("")
+        if "skipped" in textbrewer:
+            lines.append(f"TextBrewer: not measured ({textbrewer['skipped']}).")
+        else:
+            lines += [
+                f"**Against TextBrewer** ({textbrewer['job']}), same teacher, student, batches: "
+                f"kdbench {textbrewer['kdbench_examples_per_s']['median']:.1f} ex/s, "
+                f"TextBrewer {textbrewer['textbrewer_examples_per_s']['median']:.1f} ex/s, "
+                f"floor {textbrewer['floor_examples_per_s']['median']:.1f} ex/s: kdbench is "
+                f"**{textbrewer['kdbench_over_textbrewer_throughput']['median']:.2f}x** TextBrewer's throughput.",
+            ]
+    augmentation = result.get("augmentation")
+    if augmentation:
+        lines += ["", f"**Augmentation** (TinyBERT, n_aug {augmentation['n_aug']}, K {augmentation['top_k']}, "
+                      f"{augmentation['mlm']}): {augmentation['sentences_per_s']['median']:.1f} sentences/s."]
+    return "\n".join(lines) + "\n"

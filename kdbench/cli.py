@@ -29,7 +29,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "kdbench.plots",
     "kdbench.tasks.corpus",
     "kdbench.predict",
-    "kdbench.augment_cli",
     "kdbench.sweep",
     "kdbench.tuning",
     "kdbench.bench",

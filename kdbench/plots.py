@@ -44,14 +44,14 @@ def tradeoff_frame(runs: Any, *, latency: bool = True, measurer=None):
     stat_keys = {"Avg (ours)", *STAT_KEYS}
     rows = []
     keys = sorted({k for k, _ in table.measured})
-    for method, student in keys:
-        stats = {s: table.measured[((method, student), s)].mean for s in STAT_KEYS
-                 if ((method, student), s) in table.measured}
-        for (row_key, header), value in table.measured.items():
-            if row_key != (method, student) or header in stat_keys:
+    for row_key in keys:
+        method, student, teacher = row_key
+        stats = {s: table.measured[(row_key, s)].mean for s in STAT_KEYS if (row_key, s) in table.measured}
+        for (key, header), value in table.measured.items():
+            if key != row_key or header in stat_keys:
                 continue
-            rows.append({"method": method, "student": student, "task": header, "score": value.mean,
-                         "std": value.std, "seeds": value.n, **stats})
+            rows.append({"method": method, "student": student, "teacher": teacher, "task": header,
+                         "score": value.mean, "std": value.std, "seeds": value.n, **stats})
     return pd.DataFrame(rows)
 
 

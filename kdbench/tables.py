@@ -709,7 +709,8 @@ def _build_paper_table(spec: TableSpec, runs, measurer: Measurer) -> Table:
 
 
 def _note_selection(table: Table) -> None:
-    selected = sorted(f"{row}/{col}" for (row, col), m in table.measured.items() if m.runs > m.n)
+    selected = sorted(f"{' / '.join(row) if isinstance(row, tuple) else row}: {col}"
+                      for (row, col), m in table.measured.items() if m.runs > m.n)
     if selected:
         table.notes.append(f"{len(selected)} cell(s) keep the best dev score of several runs with the same seed "
                            f"(hyper-parameter selection on dev, as the papers do): {', '.join(selected[:6])}"
@@ -738,8 +739,10 @@ def _notes(spec: TableSpec, runs, unmatched: list[int]) -> list[str]:
     return notes
 
 
-def _student_name(run: Mapping[str, Any]) -> str:
-    student = str(run.get("student"))
+def _student_name(run: Mapping[str, Any], field: str = "student") -> str:
+    student = run.get(field)
+    if not isinstance(student, str) or not student:
+        return MISSING
     path = Path(student)
     if path.name == "model" and path.parent.name:
         return path.parent.name
@@ -754,14 +757,16 @@ def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer) -> Tabl
     tasks = [t for t in spec.tasks if t in present or (t == "mnli-mm" and "mnli" in present)]
     headers = [MAIN_METRICS[t][0] for t in tasks]
     avg_over = [MAIN_METRICS[t][0] for t in spec.glue_average_over if t in tasks]
-    header = ["Method", "Student", *headers, "Avg (ours)", "Paper avg", "Params (M)", "FLOPs (G)", "Speed-up"]
+    header = ["Method", "Student", "Teacher", *headers, "Avg (ours)", "Paper avg", "Params (M)", "FLOPs (G)",
+              "Speed-up"]
     table = Table(spec.name, spec.title, header, [])
     if len(completed):
-        groups: dict[tuple[str, str, str], list[int]] = {}
+        groups: dict[tuple[str, str, str, str], list[int]] = {}
         for index, run in completed.iterrows():
             label = run.get("label") if isinstance(run.get("label"), str) else ""
-            groups.setdefault((_canonical_method(run.get("method")), _student_name(run), label or ""), []).append(index)
-        for (method, student, label), indices in sorted(groups.items()):
+            key = (_canonical_method(run.get("method")), _student_name(run), label or "", _student_name(run, "teacher"))
+            groups.setdefault(key, []).append(index)
+        for (method, student, label, teacher), indices in sorted(groups.items()):
             display = f"{method} [{label}]" if label else method
             cells: list[str] = []
             means: dict[str, Measured] = {}
@@ -772,11 +777,11 @@ def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer) -> Tabl
                 m = aggregate([(s, v) for s, v in pairs if v is not None])
                 if m is not None:
                     means[MAIN_METRICS[task][0]] = m
-                    table.measured[((display, student), MAIN_METRICS[task][0])] = m
+                    table.measured[((display, student, teacher), MAIN_METRICS[task][0])] = m
                 cells.append(m.format(1) if m else MISSING)
             if avg_over and all(h in means for h in avg_over):
                 avg = sum(means[h].mean for h in avg_over) / len(avg_over)
-                table.measured[((display, student), "Avg (ours)")] = Measured(avg, None, 1)
+                table.measured[((display, student, teacher), "Avg (ours)")] = Measured(avg, None, 1)
                 cells.append(f"{avg:.1f}")
             else:
                 cells.append(MISSING)
@@ -789,8 +794,8 @@ def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer) -> Tabl
                 if fmt is not None:
                     cells.append(fmt.format(value) if value is not None else MISSING)
                 if value is not None:
-                    table.measured[((display, student), key)] = Measured(float(value), None, 1)
-            table.rows.append([display, student, *cells])
+                    table.measured[((display, student, teacher), key)] = Measured(float(value), None, 1)
+            table.rows.append([display, student, teacher, *cells])
     if spec.note:
         table.notes.append(spec.note)
     table.notes.append(

@@ -140,7 +140,7 @@ def test_selectors_labels_specificity_and_seeds(run, runs_frame):
     assert "1 failed run(s)" in notes and "1 completed run(s) match no row" in notes and "pkd/mnli" in notes
     m = table.measured[("TinyBERT4", "MNLI-m")]
     assert (m.n, m.runs, m.mean) == (2, 3, 81.0) and m.std == pytest.approx(2 ** 0.5)
-    assert "2 cell(s) keep the best dev score" in notes and "TinyBERT4/MNLI-m" in notes
+    assert "2 cell(s) keep the best dev score" in notes and "TinyBERT4: MNLI-m" in notes
 
 
 def test_equal_specificity_is_an_error(run, runs_frame):
@@ -196,12 +196,16 @@ def test_cross_method_table(run, runs_frame):
         run("finetune", "rte", {"acc": 1.0}, status="failed"),
     )
     table = build_table("cross-method", runs)
-    assert table.header[:6] == ["Method", "Student", "MNLI-m", "MNLI-mm", "RTE", "Avg (ours)"]
+    assert table.header[:7] == ["Method", "Student", "Teacher", "MNLI-m", "MNLI-mm", "RTE", "Avg (ours)"]
     tiny = next(r for r in table.rows if r[0] == "tinybert")
-    assert tiny[2:6] == ["81.0 ± 1.4", "83.0 ± 1.4", "60.0", f"{(81 + 83 + 60) / 3:.1f}"]
-    assert tiny[6] == "77.0 (TinyBERT4, v5 T1, GLUE test)"
+    assert tiny[3:7] == ["81.0 ± 1.4", "83.0 ± 1.4", "60.0", f"{(81 + 83 + 60) / 3:.1f}"]
+    assert tiny[7] == "77.0 (TinyBERT4, v5 T1, GLUE test)"
     kd = next(r for r in table.rows if r[0] == "kd")
-    assert kd[2:6] == [MISSING, MISSING, "55.0", MISSING] and kd[6] == MISSING
+    assert kd[3:7] == [MISSING, MISSING, "55.0", MISSING] and kd[7] == MISSING
+    # the same student distilled from another teacher is another row
+    runs2 = runs_frame(run("kd", "rte", {"acc": 55.0}, teacher="/x/teacher-a/model"),
+                       run("kd", "rte", {"acc": 65.0}, teacher="/x/teacher-b/model"))
+    assert [r[2] for r in build_table("cross-method", runs2).rows] == ["teacher-a", "teacher-b"]
     assert not any(r[0] == "finetune" for r in table.rows)
     assert "1 failed run(s) not shown" in " ".join(table.notes)
 

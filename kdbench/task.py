@@ -78,10 +78,17 @@ class Task:
         """The dev split(s) scored after training (MNLI: matched and mismatched)."""
         raise NotImplementedError
 
+    def encode_test(self, tokenizer: Any, run: Any) -> list[EncodedSplit]:
+        """The unlabelled test split(s) for ``kdbench predict`` (GLUE: with an ``idx`` column and
+        ``metadata["submission_file"]``). Optional: tasks without public test inputs leave it out."""
+        raise NotImplementedError(f"task {self.spec.name!r} has no test split to predict")
+
     def score(self, split: EncodedSplit, outputs: dict[str, np.ndarray]) -> dict[str, float]:
         """Official metrics from model outputs (``logits`` or ``start_logits``/``end_logits``).
 
         Metric names carry the split when a task has several (``acc`` and ``acc_mm`` for MNLI).
+        Span tasks get one row of start/end logits per feature (window), in ``split.features``
+        order, right-padded with -10000; they map windows back to examples themselves.
         """
         raise NotImplementedError
 

@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "kdbench.measure",
     "kdbench.plots",
     "kdbench.tasks.corpus",
+    "kdbench.augment_cli",
     "kdbench.predict",
     "kdbench.sweep",
     "kdbench.tuning",

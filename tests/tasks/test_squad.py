@@ -240,3 +240,21 @@ def test_evaluate_v2_with_no_answer_scores(shared_data: Path, tmp_path: Path) ->
     result = SQUAD_V2.score_prediction_file(preds, shared_data, na_probs=probs)
     assert result["em"] == 100.0 and result["has_ans_total"] == 5928 and result["no_ans_total"] == 5945
     assert result["best_f1"] == 100.0
+
+
+def test_predict_command_writes_squad_v2_files(tmp_path: Path, tiny_bert_dir: Path) -> None:
+    from kdbench.cli import main
+
+    context = "Alice lives in Paris. Bob lives in Rome."
+    path = _squad_file(tmp_path / "v2.json", [(context, [_qa("q1", "Where does Alice live?", [("Paris", 15)]),
+                                                         _qa("q2", "Where does Eve live?", [], impossible=True)])], "v2.0")
+    out = tmp_path / "pred"
+    assert main(["predict", "squad-v2", "--model", str(tiny_bert_dir), "--out", str(out), "--dev-file", str(path),
+                 "--max-seq-length", "32"]) == 0
+    answers = json.loads((out / "predictions.json").read_text())
+    odds = json.loads((out / "null_odds.json").read_text())
+    assert set(answers) == set(odds) == {"q1", "q2"}
+    assert all(answers[q] == "" or answers[q] in context for q in answers)
+    assert all((answers[q] == "") == (odds[q] > 0.0) for q in answers)  # threshold 0 on null - best span
+    nbest = json.loads((out / "nbest_predictions.json").read_text())
+    assert 1 <= len(nbest["q1"]) <= 20

@@ -137,6 +137,8 @@ class MlmMasker:
         if min(wanted, candidates) > 0:
             chosen[torch.multinomial(flat / flat.sum(), min(wanted, candidates), replacement=False)] = True
         chosen = chosen.view_as(input_ids)
+        if not chosen.any():  # nothing maskable in this batch (only special tokens)
+            return {**batch, "labels": torch.full_like(input_ids, IGNORE_INDEX)}
         original = input_ids[chosen]
         kind = torch.multinomial(
             torch.tensor([self.word_mask, self.word_keep, self.word_rand], device=input_ids.device),

@@ -23,6 +23,8 @@ A profile is a small YAML file (``slurm/<name>.yaml`` in this repository, instal
     array_parallelism: 16   # at most this many array tasks at once (slurm_array_parallelism)
     nodes: 1
     exclude: node[01-02]    # slurm_exclude
+    signal_delay_s: 90      # USR2 this long before the time limit: checkpoint + requeue (default 90)
+    max_num_timeout: 3      # requeue a job hit by its time limit at most this many times
     setup: ["module load cuda/12.1"]       # lines run before the job in the sbatch script
     additional: {reservation: kd}          # any other sbatch option (slurm_additional_parameters)
     env: {HF_HUB_OFFLINE: "1"}             # exported in the sbatch script
@@ -66,6 +68,7 @@ _PROFILE_KEYS: dict[str, str] = {
     "additional": "slurm_additional_parameters",
     "comment": "slurm_comment",
     "job_name": "name",
+    "signal_delay_s": "slurm_signal_delay_s",  # time-limit warning (USR2) this long before the end
     "max_num_timeout": None,  # executor constructor argument, handled separately
     "env": None,  # turned into setup lines
     "local_parallelism": None,  # used by the sweep for the local executor
@@ -179,7 +182,10 @@ def init_distributed(backend: str | None = None, init_process_group: bool = Fals
     """
     import submitit
 
-    env = submitit.JobEnvironment()
+    try:
+        env = submitit.JobEnvironment()
+    except RuntimeError:  # not inside a submitit job (e.g. `kdbench tune` running trials inline)
+        return None
     if not env.activated() or env.num_tasks <= 1:
         return None
     dist_env = submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)

@@ -379,15 +379,18 @@ def run_tune(spec: TuneSpec, trials: int, workers: int = 1, executor_kind: str =
 
 
 def best_config_values(spec: TuneSpec, params: dict[str, Any]) -> dict[str, Any]:
-    values = {k: v for k, v in {**spec.base, **params}.items() if k not in PER_RUN_KEYS}
-    return values
+    """The complete resolved run config of the best parameters (typed sections, method parameters
+    with their defaults filled in), without the per-run keys (output, label)."""
+    from kdbench.engine import plan_run
+
+    raw = {k: v for k, v in {**spec.base, **params}.items() if k not in PER_RUN_KEYS}
+    resolved = plan_run(build_run_config({**raw, "output": "unused"})).config.to_dict()
+    return {k: v for k, v in resolved.items() if k not in PER_RUN_KEYS}
 
 
 def export_best(spec: TuneSpec, params: dict[str, Any], output: Path) -> dict[str, str]:
-    """Write ``best_config.yaml``: the shared keys plus the best parameters, checked by
-    ``build_run_config`` so it is known to load."""
+    """Write ``best_config.yaml``: the resolved config of the best trial (``kdbench run --config``)."""
     values = best_config_values(spec, params)
-    build_run_config({**values, "output": str(output / "best")})  # raises if it would not run
     path = output / BEST_CONFIG
     header = (f"# Best trial of study {spec.study_name!r} (maximising {spec.main_metric}).\n"
               f"# kdbench run {values['method']} --config {path} --task {values['task']} "

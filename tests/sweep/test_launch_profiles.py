@@ -1,0 +1,111 @@
+"""Cluster profiles -> submitit parameters; the torch.distributed environment of multi-task jobs;
+the graceful-requeue callback (signal -> save at the next step -> hand over to submitit)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from types import SimpleNamespace
+
+import pytest
+import submitit
+
+from kdbench import launch
+
+
+def test_shipped_profiles_load():
+    assert {"dev", "example-gpu", "local"} <= set(launch.available_profiles())
+    dev = launch.load_profile("dev")
+    assert dev["partition"] == "debug" and dev["timeout_min"] >= 3
+
+
+def test_gpu_profile_maps_to_one_task_per_gpu():
+    params = launch.slurm_parameters(launch.load_profile("example-gpu"))
+    assert params["gpus_per_node"] == 4 and params["tasks_per_node"] == 4
+    assert params["slurm_partition"] == "gpu" and params["slurm_account"] == "my-project"
+    assert params["slurm_qos"] == "normal" and params["slurm_constraint"] == "a100"
+    assert params["slurm_array_parallelism"] == 16 and params["mem_gb"] == 128
+    assert "export HF_HUB_OFFLINE=1" in params["slurm_setup"]
+    assert params["slurm_setup"][0] == "module load cuda/12.1 || true"
+
+
+def test_profile_errors_name_the_problem(tmp_path):
+    bad = tmp_path / "p.yaml"
+    bad.write_text("partition: x\ngpu: 2\n")
+    with pytest.raises(launch.ProfileError, match="unknown key\\(s\\) gpu"):
+        launch.load_profile(str(bad))
+    with pytest.raises(launch.ProfileError, match="unknown cluster profile 'nope'"):
+        launch.load_profile("nope")
+    with pytest.raises(launch.ProfileError, match="does not exist"):
+        launch.load_profile(str(tmp_path / "missing.yaml"))
+
+
+def test_executors(tmp_path):
+    assert isinstance(launch.make_executor("debug", tmp_path), submitit.DebugExecutor)
+    local = launch.make_executor("local", tmp_path, "local")
+    assert isinstance(local, submitit.LocalExecutor)
+    slurm = launch.make_executor("slurm", tmp_path / "s", {"partition": "p", "timeout_min": 5, "signal_delay_s": 60,
+                                                          "array_parallelism": 3, "max_num_timeout": 2})
+    assert slurm.cluster == "slurm"
+    inner = slurm._executor
+    assert inner.max_num_timeout == 2
+    assert inner.parameters["partition"] == "p" and inner.parameters["array_parallelism"] == 3
+    assert inner.parameters["signal_delay_s"] == 60 and inner.parameters["time"] == 5
+    with pytest.raises(ValueError, match="executor: must be one of"):
+        launch.make_executor("kubernetes", tmp_path)
+
+
+def test_distributed_environment_from_slurm_variables(monkeypatch):
+    for key in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    # task 5 of 8: 2 nodes x 4 GPUs, second node, third GPU
+    env = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "4242", "SLURM_NTASKS": "8", "SLURM_JOB_NUM_NODES": "2",
+           "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_PROCID": "6", "SLURM_LOCALID": "2"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    dist = launch.init_distributed(init_process_group=False)
+    assert dist is not None
+    assert os.environ["MASTER_ADDR"] == "gpu07"  # the first node of the job hosts rank 0
+    assert os.environ["RANK"] == "6" and os.environ["WORLD_SIZE"] == "8"
+    assert os.environ["LOCAL_RANK"] == "2" and os.environ["LOCAL_WORLD_SIZE"] == "4"
+    assert 20000 <= int(os.environ["MASTER_PORT"]) <= 60000  # derived from the job id: same in every task
+
+
+def test_single_task_and_no_job_leave_the_environment_alone(monkeypatch):
+    monkeypatch.delenv("SUBMITIT_EXECUTOR", raising=False)
+    assert launch.init_distributed() is None
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    monkeypatch.delenv("RANK", raising=False)
+    assert launch.init_distributed() is None and "RANK" not in os.environ
+
+
+def test_graceful_requeue_saves_at_the_next_step_then_hands_over():
+    calls = []
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: calls.append(signum))
+    try:
+        callback = launch.graceful_requeue_callback()
+        control = SimpleNamespace(should_save=False, should_evaluate=True)
+        state = SimpleNamespace(global_step=17)
+        callback.on_train_begin(None, state, control)
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert calls == [] and callback.pending is not None  # not handed over mid-step
+        callback.on_step_end(None, state, control)
+        assert control.should_save is True and control.should_evaluate is False
+        callback.on_save(None, state, control)
+        assert calls == [signal.SIGUSR2]  # submitit's handler: checkpoint + requeue
+        assert signal.getsignal(signal.SIGUSR2) is not callback._on_signal
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+
+
+def test_graceful_requeue_outside_training_hands_over_at_once():
+    calls = []
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: calls.append(signum))
+    try:
+        launch.graceful_requeue_callback()
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert calls == [signal.SIGUSR2]
+    finally:
+        signal.signal(signal.SIGUSR2, previous)

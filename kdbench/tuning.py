@@ -189,8 +189,9 @@ def make_storage(url: str) -> Any:
 def make_pruner(name: str) -> Any:
     import optuna
 
-    if name == "median":  # prune below the median of earlier trials at the same evaluation
-        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1)
+    if name == "median":  # below the median of earlier trials at the same evaluation; never at the
+        # first evaluation (reports are numbered from 1, and Optuna skips steps < n_warmup_steps)
+        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=2)
     if name == "none":
         return optuna.pruners.NopPruner()
     raise ConfigError(f"--pruner: must be one of {', '.join(PRUNERS)}, got {name!r}")
@@ -282,9 +283,15 @@ class TuneWorker(submitit.helpers.Checkpointable):
         seed = None if spec.sampler_seed is None else spec.sampler_seed + request.worker
         study = optuna.load_study(study_name=spec.study_name, storage=make_storage(spec.storage),
                                   sampler=optuna.samplers.TPESampler(seed=seed), pruner=make_pruner(spec.pruner))
+        job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")
+
+        def run_trial(trial: Any) -> float:
+            trial.set_user_attr("worker", request.worker)
+            trial.set_user_attr("job_id", job_id)
+            return objective(spec, trial)
+
         before = len(study.trials)
-        study.optimize(lambda trial: objective(spec, trial), n_trials=request.trials, catch=(Exception,),
-                       gc_after_trial=True)
+        study.optimize(run_trial, n_trials=request.trials, catch=(Exception,), gc_after_trial=True)
         mine = study.trials[before:]
         return {state: sum(1 for t in mine if t.state.name == state) for state in ("COMPLETE", "PRUNED", "FAIL")}
 

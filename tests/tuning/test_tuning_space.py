@@ -1,0 +1,137 @@
+"""Tuning pieces without training: search-space parsing, suggestions, storage, pruning, study
+preparation, trial splitting, plots."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from kdbench import tuning
+from kdbench.config import ConfigError
+from kdbench.search_space import Choice, FloatRange, IntRange
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("float:0.1:0.9", FloatRange(0.1, 0.9)),
+    ("float:1e-5:1e-3:log", FloatRange(1e-5, 1e-3, True)),
+    ("int:2:6", IntRange(2, 6)),
+    ("int:2:8:2", IntRange(2, 8, 2)),
+    ("choice:1,2.5,four", Choice((1, 2.5, "four"))),
+    ("none", None),
+])
+def test_parse_dimension(text, expected):
+    assert tuning.parse_dimension("x", text) == expected
+
+
+@pytest.mark.parametrize("text, message", [
+    ("float:0.9:0.1", "low must be < high"),
+    ("float:0:1:log", "log range needs low > 0"),
+    ("float:0.1:0.9:lin", "must be 'log'"),
+    ("uniform:0:1", "expected float:LOW:HIGH"),
+    ("int:1:5:0", "step must be > 0"),
+])
+def test_bad_dimensions_name_the_value(text, message):
+    with pytest.raises(ConfigError, match="x=") as error:
+        tuning.parse_dimension("x", text)
+    assert message in str(error.value)
+
+
+def test_space_overrides_yaml_then_cli():
+    declared = {"alpha": FloatRange(0.1, 0.9), "temperature": Choice((1.0, 2.0)), "lr": FloatRange(1e-5, 1e-4, True)}
+    yaml_space = {"alpha": {"low": 0.2, "high": 0.4}, "temperature": None, "layers": {"low": 2, "high": 4}}
+    space = tuning.resolve_space(declared, yaml_space, ["lr=float:1e-4:1e-3:log", "beta=choice:10,100"])
+    assert space == {"alpha": FloatRange(0.2, 0.4), "lr": FloatRange(1e-4, 1e-3, True),
+                     "layers": IntRange(2, 4), "beta": Choice((10, 100))}
+    with pytest.raises(ConfigError, match="search space is empty"):
+        tuning.resolve_space({}, None, [])
+    with pytest.raises(ConfigError, match="expected NAME=SPEC"):
+        tuning.resolve_space(declared, None, ["alpha"])
+
+
+def test_yaml_round_trip_and_midpoint():
+    space = {"a": FloatRange(1e-4, 1e-2, True), "b": IntRange(2, 6, 2), "c": Choice(("x", "y")), "d": FloatRange(0, 1)}
+    back = {n: tuning.dimension_from_mapping(n, v) for n, v in tuning.space_to_yaml(space).items()}
+    assert back == space
+    mid = tuning.space_midpoint(space)
+    assert mid["a"] == pytest.approx(1e-3) and mid["b"] == 2 and mid["c"] == "x" and mid["d"] == 0.5
+
+
+def test_suggest_uses_optuna_distributions():
+    space = {"a": FloatRange(1e-4, 1e-2, True), "b": IntRange(2, 6, 2), "c": Choice(("x", "y"))}
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    trial = study.ask()
+    values = tuning.suggest(trial, space)
+    dists = trial.distributions
+    assert isinstance(dists["a"], optuna.distributions.FloatDistribution) and dists["a"].log
+    assert dists["b"].step == 2 and values["b"] in (2, 4, 6)
+    assert dists["c"].choices == ("x", "y") and values["c"] in ("x", "y")
+
+
+def test_kd_declares_its_search_space():
+    from kdbench.plugins import METHODS
+
+    space = METHODS.get("kd")().search_space()
+    assert {"alpha", "temperature", "lr"} <= set(space)
+
+
+def test_split_trials():
+    assert tuning.split_trials(8, 2) == [4, 4]
+    assert tuning.split_trials(7, 3) == [3, 2, 2]
+    assert tuning.split_trials(2, 5) == [1, 1]
+    assert tuning.split_trials(0, 2) == []
+
+
+def test_storages(tmp_path):
+    from optuna.storages import JournalStorage, RDBStorage
+
+    assert isinstance(tuning.make_storage(str(tmp_path / "s.journal")), JournalStorage)
+    assert isinstance(tuning.make_storage(f"journal:{tmp_path / 'x'}"), JournalStorage)
+    assert isinstance(tuning.make_storage(f"sqlite:///{tmp_path / 's.db'}"), RDBStorage)
+    with pytest.raises(ConfigError, match="--storage 'study.txt'"):
+        tuning.make_storage("study.txt")
+
+
+def test_pruning_callback_reports_every_evaluation_and_prunes(tmp_path):
+    study = optuna.create_study(direction="maximize", pruner=tuning.make_pruner("median"))
+    for good in (80.0, 90.0):  # two finished trials with high intermediate values
+        trial = study.ask()
+        callback = tuning.pruning_callback(trial, "eval_acc")
+        for step in (1, 2):
+            callback.on_evaluate(None, SimpleNamespace(global_step=step), None, metrics={"eval_acc": good})
+        study.tell(trial, good)
+    trial = study.ask()
+    callback = tuning.pruning_callback(trial, "eval_acc")
+    callback.on_evaluate(None, None, None, metrics={"eval_loss": 1.0})  # not the watched metric: ignored
+    callback.on_evaluate(None, None, None, metrics={"eval_acc": 10.0})  # evaluation 1: warm-up, kept
+    assert callback.evaluations == 1
+    with pytest.raises(optuna.TrialPruned, match="pruned at evaluation 2 \\(eval_acc=10\\)"):
+        callback.on_evaluate(None, None, None, metrics={"eval_acc": 10.0})
+    assert trial.storage.get_trial(trial._trial_id).intermediate_values == {1: 10.0, 2: 10.0}
+
+
+def test_prepare_study_creates_once_and_fails_stale_running_trials(tmp_path):
+    spec = tuning.TuneSpec("s", str(tmp_path / "s.journal"), {"method": "kd"}, {"alpha": {"low": 0.1, "high": 0.9}},
+                           str(tmp_path), "acc")
+    study = tuning.prepare_study(spec)
+    study.tell(study.ask(), 1.0)
+    study.ask()  # a worker that died mid-trial leaves it RUNNING
+    again = tuning.prepare_study(spec)  # resuming: same study, stale trial failed
+    states = [t.state for t in again.trials]
+    assert states == [TrialState.COMPLETE, TrialState.FAIL]
+    assert tuning.finished_trials(again) == 1
+    assert again.user_attrs["base"] == {"method": "kd"}
+
+
+def test_plots_are_written(tmp_path):
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=1))
+    study.optimize(lambda t: t.suggest_float("a", 0, 1) * 10 + t.suggest_float("b", 0, 1), n_trials=6)
+    files = tuning.save_plots(study, tmp_path)
+    for name in ("optimization_history", "param_importances"):
+        data = (tmp_path / f"{name}.png").read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+        assert files[name] == str(tmp_path / f"{name}.png")

@@ -139,8 +139,13 @@ def load_model(name: str, head: HeadType, spec: TaskSpec, *, trust_remote_code: 
     kwargs = head_kwargs(spec, head) if role == "student" else {}
     try:
         model = HEAD_CLASSES[head].from_pretrained(name, trust_remote_code=trust_remote_code, **kwargs)
-    except OSError as error:
-        raise ConfigError(f"{role} {name!r} cannot be loaded: {str(error).splitlines()[0]}") from None
+    except SafetensorError as error:
+        raise CheckpointError(f"{role} checkpoint {name!r} is corrupted or truncated ({error}); "
+                              "re-create or re-download it") from None
+    except (OSError, ValueError) as error:  # ValueError: unknown architecture, remote code refused, ...
+        hint = ("; it ships its own Python code, which kdbench does not run unless you review it and pass "
+                "trust_remote_code=true" if "trust_remote_code" in str(error) else "")
+        raise ConfigError(f"{role} {name!r} cannot be loaded: {str(error).splitlines()[0]}{hint}") from None
     return model
 
 
@@ -624,9 +629,17 @@ def _execute(plan: RunPlan, run_dir: Path, callbacks: Sequence[TrainerCallback] 
     }
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model",
+                   "sentencepiece.bpe.model")
+
+
 def check_student_tokenizer(student: str, source: str, tokenizer: Any, trust_remote_code: bool) -> None:
     """A student checkpoint that ships its own tokenizer must use the run's (teacher's) vocabulary:
-    the same text must give the same ids, or the student's embeddings read the wrong tokens."""
+    the same text must give the same ids, or the student's embeddings read the wrong tokens.
+    Checked for local folders that hold tokenizer files (a Hub id is not fetched just for this)."""
+    folder = Path(student)
+    if not folder.is_dir() or not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return
     try:
         own = AutoTokenizer.from_pretrained(student, trust_remote_code=trust_remote_code)
     except (OSError, ValueError):  # no tokenizer of its own: it is trained with the run's
@@ -634,9 +647,10 @@ def check_student_tokenizer(student: str, source: str, tokenizer: Any, trust_rem
     ours, theirs = tokenizer.get_vocab(), own.get_vocab()
     if ours == theirs:
         return
-    differing = sorted(set(ours.items()) ^ set(theirs.items()), key=lambda item: item[1])[:3]
+    differing = sorted({token for token in ours.keys() | theirs.keys() if ours.get(token) != theirs.get(token)},
+                       key=lambda token: min(ours.get(token, 1 << 30), theirs.get(token, 1 << 30)))[:3]
     examples = ", ".join(f"{token!r}: {source} id {ours.get(token)}, student id {theirs.get(token)}"
-                         for token, _ in differing)
+                         for token in differing)
     raise ConfigError(f"student {student!r} has a different tokenizer than {source!r} ({len(theirs)} vs "
                       f"{len(ours)} tokens; e.g. {examples}); teacher and student must share one vocabulary")
 

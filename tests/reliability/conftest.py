@@ -23,6 +23,7 @@ class TinyWorld:
     root: Path
     data_dir: Path  # holds glue_data/SST-2/{train,dev}.tsv
     teacher: Path  # 2 layers, 4 heads, SST-2 labels, with its tokenizer
+    teacher_3_layers: Path  # 3 layers, 4 heads, with its tokenizer
     student: Path  # 1 layer, 4 heads, same vocabulary, no tokenizer of its own
     student_2_heads: Path  # 1 layer, 2 heads
     student_other_vocab: Path  # same vocabulary size, different tokens, ships its own tokenizer
@@ -58,9 +59,9 @@ def _tokenizer(folder: Path, words: list[str]):
     from transformers import BertTokenizerFast
 
     folder.mkdir(parents=True, exist_ok=True)
-    vocab = folder / "vocab.txt"
-    vocab.write_text("\n".join(SPECIALS + words) + "\n")
-    return BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True)
+    tokenizer = BertTokenizerFast(vocab={token: i for i, token in enumerate(SPECIALS + words)}, do_lower_case=True)
+    assert len(tokenizer) == len(SPECIALS) + len(words)
+    return tokenizer
 
 
 def _bert(folder: Path, vocab_size: int, layers: int, heads: int, seed: int):
@@ -84,16 +85,18 @@ def build_tiny_world(root: Path) -> TinyWorld:
     tokenizer.save_pretrained(teacher)
     size = len(tokenizer)
     _bert(teacher, size, layers=2, heads=4, seed=1)
+    teacher_3_layers = root / "teacher-3-layers"
+    tokenizer.save_pretrained(teacher_3_layers)
+    _bert(teacher_3_layers, size, layers=3, heads=4, seed=5)
     student = root / "student"
     _bert(student, size, layers=1, heads=4, seed=2)
-    (student / "vocab.txt").unlink(missing_ok=True)
     student_2_heads = root / "student-2-heads"
     _bert(student_2_heads, size, layers=1, heads=2, seed=3)
     other = root / "student-other-vocab"
-    other_tokenizer = _tokenizer(other, [w.upper() + "x" for w in words])
+    other_tokenizer = _tokenizer(other, [w + "x" for w in words])
     other_tokenizer.save_pretrained(other)
     _bert(other, len(other_tokenizer), layers=1, heads=4, seed=4)
-    return TinyWorld(root, write_sst2(root / "data"), teacher, student, student_2_heads, other)
+    return TinyWorld(root, write_sst2(root / "data"), teacher, teacher_3_layers, student, student_2_heads, other)
 
 
 @pytest.fixture(scope="session")

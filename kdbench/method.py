@@ -112,6 +112,11 @@ class Method:
     def validate(self, context: MethodContext) -> None:
         """Raise ConfigError before training when teacher/student/task cannot work together."""
 
+    def initialize_student(self, student: nn.Module, teacher: nn.Module | None, context: MethodContext) -> None:
+        """Method-specific initialisation of the built student from the teacher (e.g. MobileBERT's
+        joint/progressive strategies copy the embeddings); runs after :meth:`validate`, before
+        :meth:`extra_modules`. No-op by default."""
+
     def extra_modules(self, context: MethodContext) -> nn.ModuleDict:
         """Trainable modules besides the student (e.g. projections); trained and checkpointed."""
         return nn.ModuleDict()

@@ -27,6 +27,7 @@ METHODS.register_lazy("pkd", "kdbench.methods.pkd:PatientKD", aliases=("bert-pkd
 METHODS.register_lazy("distilbert", "kdbench.methods.distilbert:DistilBertTask")
 METHODS.register_lazy("distilbert-pretrain", "kdbench.methods.distilbert:DistilBertPretrain",
                       aliases=("distilbert-general",))
+METHODS.register_lazy("mobilebert", "kdbench.methods.mobilebert:MobileBertTransfer", aliases=("mobilebert-kt",))
 METHODS.register_lazy("tinybert", "kdbench.methods.tinybert:TinyBERT")
 METHODS.register_lazy("tinybert-general", "kdbench.methods.tinybert:TinyBERTGeneral")
 
@@ -43,6 +44,9 @@ STUDENTS.register_lazy("tinybert-6l-768", "kdbench.students:TINYBERT_6L_768")
 STUDENTS.register_lazy("bert-6l-768", "kdbench.students:BERT_6L_768")
 STUDENTS.register_lazy("bert-4l-768", "kdbench.students:BERT_4L_768")
 STUDENTS.register_lazy("bert-3l-768", "kdbench.students:BERT_3L_768")
+for _name, _attr in (("mobilebert-24l", "MOBILEBERT_24L"), ("mobilebert-tiny", "MOBILEBERT_TINY"),
+                    ("ib-bert-large", "IB_BERT_LARGE"), ("mobilebert-6l-384", "MOBILEBERT_6L_384")):
+    STUDENTS.register_lazy(_name, f"kdbench.students:{_attr}")
 for _layers in (2, 3, 4, 6):
     STUDENTS.register_lazy(f"teacher-{_layers}l", f"kdbench.students:TEACHER_{_layers}L")
 

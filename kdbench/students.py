@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
-from transformers import BertConfig, PretrainedConfig
+from transformers import BertConfig, MobileBertConfig, PretrainedConfig
 
 from kdbench.capture import architecture_of
 from kdbench.config import ConfigError
@@ -67,6 +67,42 @@ TEACHER_4L = StudentPreset("teacher-4l", "the teacher's architecture with 4 laye
                            from_teacher=True)
 TEACHER_6L = StudentPreset("teacher-6l", "the teacher's architecture with 6 layers", {"num_hidden_layers": 6},
                            from_teacher=True)
+
+
+# MobileBERT family (Sun et al., 2020, Table 1; shared/paper_tables/mobilebert_table1_model_settings.csv).
+# ``hidden_size`` is the inter-block feature map (what FMT compares), ``intra_bottleneck_size`` the
+# width inside a block (attention q/k and FFNs), ``embedding_size`` + ``trigram_input`` the
+# factorised embedding (128-d lookup, kernel-3 convolution to the feature map).
+def _mobilebert(layers: int, feature_map: int, intra: int, heads: int, ffn: int, num_ffn: int, *,
+                embedding: int = 128, trigram: bool = True, norm: str = "no_norm", act: str = "relu",
+                bottleneck_attention: bool = False) -> dict[str, Any]:
+    return {"num_hidden_layers": layers, "hidden_size": feature_map, "intra_bottleneck_size": intra,
+            "true_hidden_size": intra, "num_attention_heads": heads, "intermediate_size": ffn,
+            "num_feedforward_networks": num_ffn, "embedding_size": embedding, "trigram_input": trigram,
+            "normalization_type": norm, "hidden_act": act, "use_bottleneck": True,
+            "key_query_shared_bottleneck": True, "use_bottleneck_attention": bottleneck_attention}
+
+
+MOBILEBERT_24L = StudentPreset(
+    "mobilebert-24l", "MobileBERT (Table 1): 24 layers, feature map 512, intra-block 128, 4 heads, 4 FFNs of 512, "
+    "NoNorm, ReLU, 128-d embedding + 3-conv (paper: 25.3M; built here: 24.6M)",
+    _mobilebert(24, 512, 128, 4, 512, 4), base=MobileBertConfig)
+MOBILEBERT_TINY = StudentPreset(
+    "mobilebert-tiny", "MobileBERT_TINY (Table 1): 24 layers, feature map 512, intra-block 128, 4 heads, 2 FFNs, "
+    "attention on the bottleneck (paper: 15.1M; built here: 17.1M)",
+    _mobilebert(24, 512, 128, 4, 512, 2, bottleneck_attention=True), base=MobileBertConfig)
+IB_BERT_LARGE = StudentPreset(
+    "ib-bert-large", "IB-BERT_LARGE teacher shape (Table 1): 24 layers, feature map 512, intra-block 1024, 4 heads, "
+    "1 FFN of 4096, LayerNorm, GELU, 128-d embedding + 3-conv (paper: 293M; built here: 332M)",
+    _mobilebert(24, 512, 1024, 4, 4096, 1, norm="layer_norm", act="gelu"), base=MobileBertConfig)
+# Feature map 384 = the MiniLM-L6 / BERT-384 teachers: 12 heads of 16 on a 192-wide intra-block, 2 FFNs.
+# Plain 384-d embeddings and LayerNorm/GELU (MobileBERT without its OPT changes) so the teacher's
+# embeddings can be copied as MobileBERT's joint/progressive strategies do.
+MOBILEBERT_6L_384 = StudentPreset(
+    "mobilebert-6l-384", "bottleneck MobileBERT student for 384-wide teachers: 6 layers, feature map 384, "
+    "intra-block 192, 12 heads, 2 FFNs of 768, 384-d embedding, LayerNorm, GELU",
+    _mobilebert(6, 384, 192, 12, 768, 2, embedding=384, trigram=False, norm="layer_norm", act="gelu"),
+    base=MobileBertConfig)
 
 
 def every_other_layers(num_teacher_layers: int, num_student_layers: int) -> list[int]:

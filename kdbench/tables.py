@@ -33,8 +33,12 @@ How a run becomes a row (explicit, in this order)
 2. **Selector.** Otherwise a row's ``select`` must match every key it names: ``method`` (the
    record's method, canonical registry name), ``student`` (the record's student preset or path),
    ``role: teacher`` (the run's model is the ``teacher`` of another run loaded alongside it),
+   ``upstream`` (a nested selector the run that *produced this run's student* must match, e.g. a
+   ``finetune`` of a MobileBERT knowledge-transfer student; runs are recognised by path or, after
+   a move, by their run-folder name),
    ``method_params`` (each listed key equals ``config['method_params'][key]``), and any other key
-   is compared with the run's config (dotted: ``train.max_seq_length``). Among the rows that match,
+   is compared with the run's config (dotted: ``train.max_seq_length``). ``select`` may be a list
+   of such selectors (alternatives; the row takes a run matching any). Among the rows that match,
    the one with the **most** selector keys wins (so an ablation row ``{method: tinybert,
    method_params: {use_attn: false}}`` beats the full ``{method: tinybert}`` row); a tie between two
    rows is an error naming the run and the rows.
@@ -127,7 +131,7 @@ class RowSpec:
     key: str
     model: str | None
     setting: str | None = None
-    select: Mapping[str, Any] = field(default_factory=dict)
+    select: tuple[Mapping[str, Any], ...] = ()  # alternatives: the row takes a run that matches any
     labels: tuple[str, ...] = ()
 
     @property
@@ -259,8 +263,12 @@ def _spec_from_mapping(data: Mapping[str, Any], source: str) -> TableSpec | Cros
         _require_keys(row, {"key", "model", "setting", "select", "labels"}, where)
         if "key" not in row:
             raise TableError(f"{where}: needs a key")
+        select = row.get("select") or []
+        alternatives = tuple(dict(a) for a in (select if isinstance(select, list) else [select]))
+        if not all(alternatives):
+            raise TableError(f"{where}: an empty select would match every run")
         rows.append(RowSpec(key=str(row["key"]), model=row.get("model"), setting=row.get("setting"),
-                            select=dict(row.get("select") or {}), labels=tuple(_as_tuple(row.get("labels")))))
+                            select=alternatives, labels=tuple(_as_tuple(row.get("labels")))))
     keys = [r.key for r in rows]
     if len(set(keys)) != len(keys):
         raise TableError(f"{source}: duplicate row keys {keys}")
@@ -427,14 +435,45 @@ def _path_key(value: Any) -> str | None:
         return str(path)
 
 
-def _teacher_paths(runs) -> set[str]:
-    keys = set()
-    if "teacher" in runs:
-        for value in runs["teacher"]:
-            key = _path_key(value)
-            if key:
-                keys.add(key)
-    return keys
+def _folder_keys(value: Any) -> set[str]:
+    """Ways to recognise a run folder from a path to it or to its ``model/``: the resolved path and
+    the folder's own name (hash-suffixed, so unique in practice; still matches after a move)."""
+    if not isinstance(value, str) or "/" not in value:
+        return set()
+    path = Path(value)
+    folder = path.parent if path.name == "model" else path
+    return {k for k in (_path_key(value), f"name:{folder.name}") if k}
+
+
+@dataclass
+class _RunContext:
+    """What selectors need to know about the other runs loaded alongside."""
+
+    runs: Any
+    teachers: set[str]  # folder keys of every run's teacher
+    folders: dict[str, int]  # folder key -> run index
+    students: set[str]  # folder keys of every run's student (runs whose model another run trained on)
+
+    @classmethod
+    def of(cls, runs) -> _RunContext:
+        teachers: set[str] = set()
+        for value in runs.get("teacher", ()):
+            teachers |= _folder_keys(value)
+        folders: dict[str, int] = {}
+        for index, run in runs.iterrows():
+            for key in _folder_keys(run.get("run_dir")) | _folder_keys(run.get("model_dir")):
+                folders.setdefault(key, index)
+        students: set[str] = set()
+        for value in runs.get("student", ()):
+            students |= _folder_keys(value)
+        return cls(runs, teachers, folders, students)
+
+    def upstream(self, run: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The run whose model is this run's student (or None)."""
+        for key in _folder_keys(run.get("student")):
+            if key in self.folders:
+                return self.runs.loc[self.folders[key]]
+        return None
 
 
 def _config_value(config: Mapping[str, Any], dotted: str) -> Any:
@@ -461,7 +500,7 @@ def _equal(expected: Any, actual: Any) -> bool:
     return _norm(expected) == _norm(actual)
 
 
-def _selector_matches(select: Mapping[str, Any], run: Mapping[str, Any], teachers: set[str]) -> bool:
+def _selector_matches(select: Mapping[str, Any], run: Mapping[str, Any], context: _RunContext) -> bool:
     config = run.get("config") if isinstance(run.get("config"), Mapping) else {}
     for key, expected in select.items():
         if key == "method":
@@ -475,8 +514,12 @@ def _selector_matches(select: Mapping[str, Any], run: Mapping[str, Any], teacher
         elif key == "role":
             if expected != "teacher":
                 raise TableError(f"select.role: only 'teacher' is supported, not {expected!r}")
-            mine = {_path_key(run.get("run_dir")), _path_key(run.get("model_dir"))} - {None}
-            if not mine & teachers:
+            mine = _folder_keys(run.get("run_dir")) | _folder_keys(run.get("model_dir"))
+            if not mine & context.teachers:
+                return False
+        elif key == "upstream":  # the run that produced this run's student must match ``expected``
+            source = context.upstream(run)
+            if source is None or not _selector_matches(expected, source, context):
                 return False
         elif key == "method_params":
             params = config.get("method_params") or {}
@@ -489,7 +532,21 @@ def _selector_matches(select: Mapping[str, Any], run: Mapping[str, Any], teacher
 
 
 def _specificity(select: Mapping[str, Any]) -> int:
-    return sum(len(v) if k == "method_params" and isinstance(v, Mapping) else 1 for k, v in select.items())
+    total = 0
+    for key, value in select.items():
+        if key == "method_params" and isinstance(value, Mapping):
+            total += len(value)
+        elif key == "upstream" and isinstance(value, Mapping):
+            total += 1 + _specificity(value)
+        else:
+            total += 1
+    return total
+
+
+def _row_match(row: RowSpec, run: Mapping[str, Any], context: _RunContext) -> int | None:
+    """The specificity of the most specific alternative of ``row.select`` that ``run`` matches."""
+    scores = [_specificity(alt) for alt in row.select if _selector_matches(alt, run, context)]
+    return max(scores) if scores else None
 
 
 def assign_rows(spec: TableSpec, runs) -> tuple[dict[str, list[int]], list[int]]:
@@ -499,7 +556,7 @@ def assign_rows(spec: TableSpec, runs) -> tuple[dict[str, list[int]], list[int]]
     unmatched: list[int] = []
     if runs is None or len(runs) == 0:
         return by_row, unmatched
-    teachers = _teacher_paths(runs)
+    context = _RunContext.of(runs)
     label_index: dict[str, str] = {}
     for row in spec.rows:
         for name in (row.key, f"{spec.name}/{row.key}", row.model, *row.labels):
@@ -512,12 +569,14 @@ def assign_rows(spec: TableSpec, runs) -> tuple[dict[str, list[int]], list[int]]
         if isinstance(label, str) and _norm(label) in label_index:
             by_row[label_index[_norm(label)]].append(index)
             continue
-        candidates = [row for row in spec.rows if row.select and _selector_matches(row.select, run, teachers)]
+        scores = {row.key: _row_match(row, run, context) for row in spec.rows}
+        candidates = [row for row in spec.rows if scores[row.key] is not None]
         if not candidates:
-            unmatched.append(index)
+            if not _folder_keys(run.get("run_dir")) & context.students:  # not an upstream stage of another run
+                unmatched.append(index)
             continue
-        best = max(_specificity(r.select) for r in candidates)
-        top = [r for r in candidates if _specificity(r.select) == best]
+        best = max(scores[r.key] for r in candidates)
+        top = [r for r in candidates if scores[r.key] == best]
         if len(top) > 1:
             raise TableError(f"table {spec.name}: run {run.get('run_dir')} matches rows "
                              f"{[r.key for r in top]} equally; set its label to one row key")
@@ -592,7 +651,7 @@ class Measurer:
     def of_run(self, run: Mapping[str, Any]) -> dict[str, float]:
         from kdbench import measure
 
-        student = self._config_source(run.get("model_dir")) or self._config_source(run.get("run_dir"))
+        student = self._config_source(run.get("run_dir")) or self._config_source(run.get("model_dir"))
         if student is None:
             return {}
         teacher = self._config_source(run.get("teacher"))
@@ -651,7 +710,7 @@ def _load_runs(runs: Any):
 def _describe_run(run: Mapping[str, Any]) -> str:
     label = run.get("label")
     label = f" label={label}" if isinstance(label, str) and label else ""
-    return f"{run.get('method')}/{run.get('task')}/{Path(str(run.get('student'))).name}{label}"
+    return f"{run.get('method')}/{run.get('task')}/{_student_name(run)}{label}"
 
 
 def build_table(name: str | TableSpec | CrossMethodSpec, runs: Any = None, *, latency: bool = False,

@@ -266,3 +266,24 @@ def test_cli_table_with_record_files(tmp_path, capsys):
     frame = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out))
     ours = frame[(frame.Model == "BERT6 (PKD-Skip)") & (frame.Source == "ours")].iloc[0]
     assert ours["RTE"] == "71.0 ± 1.4" and ours["SST-2"] == MISSING
+
+
+def test_upstream_selector_and_alternatives(run, runs_frame):
+    kt = dict(use_fmt=True, use_at=True, use_pd=False, progressive_schedule="code")
+    runs = runs_frame(
+        # a knowledge-transfer run on the corpus, later moved: its finetune names the old path
+        run("mobilebert", "corpus", {}, student="mobilebert-6l-384", run_dir="/new/kt-joint/mobilebert-corpus-c6b8",
+            method_params={"strategy": "joint", **kt}),
+        run("finetune", "sst2", {"acc": 79.1}, student="/old/kt-joint/mobilebert-corpus-c6b8/model"),
+        run("mobilebert", "sst2", {"acc": 80.0}, student="mobilebert-6l-384",
+            method_params={"strategy": "auxiliary", **kt}),  # directly on the task: the first alternative
+        run("finetune", "sst2", {"acc": 73.3}, student="mobilebert-6l-384"),
+    )
+    table = build_table("mobilebert-table8", runs)
+    assert _cell(table, "JKT (joint knowledge transfer)", "SST-2") == "79.1"
+    assert _cell(table, "AKT (auxiliary knowledge transfer)", "SST-2") == "80.0"
+    notes = " ".join(table.notes)
+    # the bare finetune matches no row and is named; the corpus run is an upstream stage, not "unmatched"
+    assert "1 completed run(s) match no row" in notes and "finetune/sst2/mobilebert-6l-384" in notes
+    bare = build_table("mobilebert-table9", runs)
+    assert _cell(bare, "MobileBERT (bare)", "SST-2") == "73.3"

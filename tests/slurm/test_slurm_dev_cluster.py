@@ -1,0 +1,185 @@
+"""Integration tests against the real single-node Slurm of slurm/dev-cluster/up.sh (marker `slurm`).
+
+Run by the Slurm block of .ci/run:  bash slurm/dev-cluster/up.sh && pytest -m slurm tests/slurm.
+Tiny models (built from a config) on 32 real SST-2 rows keep every job to seconds of training;
+most of a job's time is Python start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sweep"))
+from _tiny import TINY_RUN  # noqa: E402
+
+pytestmark = pytest.mark.slurm
+ENV_FILE = Path("/etc/slurm/kdbench-dev.env")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def slurm_cluster():
+    if "SLURM_CONF" not in os.environ and ENV_FILE.is_file():
+        os.environ["SLURM_CONF"] = ENV_FILE.read_text().split("=", 1)[1].strip()
+    if not shutil.which("sinfo") or "SLURM_CONF" not in os.environ:
+        pytest.skip("no Slurm here: bring the dev cluster up with slurm/dev-cluster/up.sh")
+    state = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=30)
+    if state.returncode != 0 or not state.stdout.split() or state.stdout.split()[0] not in ("idle", "mix", "alloc"):
+        pytest.skip(f"the Slurm node is not usable: {state.stdout or state.stderr}")
+    os.environ.setdefault("KDBENCH_DATA_DIR", str(Path(__file__).resolve().parents[3] / "shared" / "data"))
+
+
+def sacct(job: str) -> list[list[str]]:
+    out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job, "-o", "JobID,State"], capture_output=True,
+                         text=True, check=True, timeout=30).stdout
+    return [line.split("|") for line in out.splitlines() if line.strip()]
+
+
+def test_sweep_runs_as_job_array_failed_cell_reported_and_alone_resubmitted(tmp_path, tiny_models, capsys):
+    from kdbench.cli import main
+
+    train_file = tmp_path / "late_train.tsv"  # missing on the first run: that cell fails at run time
+    spec = {
+        "name": "slurm-ci",
+        "output": str(tmp_path / "sweep"),
+        "defaults": {**TINY_RUN, "student": str(tiny_models["student"])},
+        "stages": {"finetune-teacher": {"method": "finetune", "task": "${task}", "student": str(tiny_models["teacher"]),
+                                        "seed": 1}},
+        "grid": {"methods": {"kd": {"teacher": "${finetune-teacher}"}, "finetune": {}},
+                 "tasks": ["sst2"], "seeds": [1, 2]},
+        "cells": [{"method": "finetune", "task": "sst2", "seed": 3, "label": "late-data", "train_file": str(train_file)}],
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+
+    started = time.perf_counter()
+    assert main(["sweep", str(path), "--executor", "slurm", "--profile", "dev"]) == 1  # one cell failed
+    first_seconds = time.perf_counter() - started
+    manifest = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
+    level0, level1 = manifest["submissions"]
+    assert sorted(level0["runs"]) == ["finetune-sst2-s1", "finetune-sst2-s2", "finetune-teacher-sst2", "late-data"]
+    assert sorted(level1["runs"]) == ["kd-sst2-s1", "kd-sst2-s2"]  # after the shared teacher, which ran once
+    for submission in (level0, level1):  # each level is ONE sbatch array: <array id>_<index>
+        array_ids = {job.split("_")[0] for job in submission["job_ids"]}
+        assert len(array_ids) == 1 and all("_" in job for job in submission["job_ids"])
+        states = dict(sacct(array_ids.pop()))
+        assert len([j for j in states if "_" in j]) == len(submission["job_ids"]), states
+
+    capsys.readouterr()
+    assert main(["status", str(tmp_path / "sweep")]) == 0
+    status = capsys.readouterr().out
+    print(status)
+    lines = {line.split()[0]: line for line in status.splitlines() if line and not line.startswith(" ")}
+    for cell in ("finetune-sst2-s1", "finetune-sst2-s2", "kd-sst2-s1", "kd-sst2-s2", "finetune-teacher-sst2"):
+        assert lines[cell].split()[1] == "done"
+    assert lines["late-data"].split()[1] == "failed"
+    assert f"error: DataError: sst2: data file '{train_file}' does not exist" in status
+
+    # fix the cause, run the same sweep again: only the failed cell is submitted
+    train_file.write_text("".join((Path(os.environ["KDBENCH_DATA_DIR"]) / "glue_data" / "SST-2" / "train.tsv")
+                                  .read_text().splitlines(keepends=True)[:41]))
+    started = time.perf_counter()
+    assert main(["sweep", str(path), "--executor", "slurm", "--profile", "dev"]) == 0
+    rerun_seconds = time.perf_counter() - started
+    manifest = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
+    assert len(manifest["submissions"]) == 3 and manifest["submissions"][-1]["runs"] == ["late-data"]
+    capsys.readouterr()
+    main(["status", str(tmp_path / "sweep")])
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "6 done"
+    print(f"TIMING sweep: first run {first_seconds:.0f}s (6 runs, 2 arrays), rerun {rerun_seconds:.0f}s (1 run)")
+
+
+def test_tune_with_two_parallel_slurm_workers_and_the_best_config_runs(tmp_path, tiny_models, capsys):
+    from kdbench.cli import main
+    from kdbench.tuning import make_storage
+
+    import optuna
+
+    tiny = [f"{k}={v}" for k, v in TINY_RUN.items() if k != "lr"]
+    storage = f"sqlite:///{tmp_path / 'tune' / 'study.db'}"
+    started = time.perf_counter()
+    code = main(["tune", "kd", "--task", "sst2", "--teacher", str(tiny_models["teacher"]), "--student",
+                 str(tiny_models["student"]), "--output", str(tmp_path / "tune"), "--trials", "8", "--workers", "2",
+                 "--executor", "slurm", "--profile", "dev", "--storage", storage, "--sampler-seed", "0", *tiny])
+    tune_seconds = time.perf_counter() - started
+    assert code == 0
+    study = optuna.load_study(study_name="kd-sst2", storage=make_storage(storage))
+    finished = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
+    assert len(finished) == 8 and len(study.trials) == 8
+    workers = {t.user_attrs["worker"] for t in study.trials}
+    jobs = {t.user_attrs["job_id"] for t in study.trials}
+    assert workers == {0, 1} and len(jobs) == 2  # two Slurm jobs shared one storage
+    # the workers ran at the same time: their trial spans overlap
+    span = {w: (min(t.datetime_start for t in study.trials if t.user_attrs["worker"] == w),
+                max(t.datetime_complete for t in study.trials if t.user_attrs["worker"] == w)) for w in workers}
+    assert span[0][0] < span[1][1] and span[1][0] < span[0][1]
+    for name in ("best_config.yaml", "optimization_history.png", "param_importances.png", "best.json"):
+        assert (tmp_path / "tune" / name).is_file(), name
+
+    best = yaml.safe_load((tmp_path / "tune" / "best_config.yaml").read_text())
+    assert best["method_params"]["alpha"] == pytest.approx(study.best_params["alpha"])
+    assert best["train"]["lr"] == pytest.approx(study.best_params["lr"])
+    capsys.readouterr()
+    assert main(["run", "kd", "--config", str(tmp_path / "tune" / "best_config.yaml"), "--task", "sst2",
+                 "--student", str(tiny_models["student"]), "--output", str(tmp_path / "best")]) == 0
+    run_dir = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    record = json.loads((run_dir / "result.json").read_text())
+    assert record["status"] == "completed" and "acc" in record["metrics"]
+    assert record["config"]["method_params"]["temperature"] == study.best_params["temperature"]
+    print(f"TIMING tune: 8 trials, 2 Slurm workers: {tune_seconds:.0f}s; best {study.best_value} "
+          f"{study.best_params}; best config rerun acc {record['metrics']['acc']}")
+
+
+def test_job_at_its_time_limit_checkpoints_requeues_and_resumes(tmp_path, tiny_models):
+    """timeout_min=3 with the warning signal 120 s before the end: signalled ~60 s in, the job saves
+    a checkpoint at the next step (no scheduled checkpoint exists: eval/save every 100000 steps),
+    requeues itself, and the requeued job resumes at exactly that step."""
+    from kdbench.launch import make_executor
+    from kdbench.sweep import RunJob, RunRequest
+
+    values = {**TINY_RUN, "method": "finetune", "task": "sst2", "student": str(tiny_models["student"]),
+              "max_steps": 100000, "eval_steps": 100000, "logging_steps": 20, "max_train_samples": 64,
+              "output": str(tmp_path / "runs")}
+    profile = {"partition": "debug", "cpus_per_task": 1, "timeout_min": 3, "signal_delay_s": 120,
+               "max_num_timeout": 1}
+    executor = make_executor("slurm", tmp_path / "jobs", profile)
+    state_file = tmp_path / "state.json"
+    job = executor.submit(RunJob(), RunRequest("timeout-cell", values, str(state_file)))
+    started = time.perf_counter()
+    log = Path(job.paths.stdout)
+    released = False
+    try:
+        while time.perf_counter() - started < 300:
+            text = log.read_text() if log.is_file() else ""
+            if "resuming from" in text:
+                break
+            if not released and state_file.is_file() and json.loads(state_file.read_text())["state"] == "requeued":
+                # Slurm holds a requeued batch job ~2 minutes (EligibleTime); release it now to save test time
+                subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], check=False,
+                               capture_output=True, timeout=30)
+                released = True
+            time.sleep(2)
+        text = log.read_text()
+        seconds = time.perf_counter() - started
+    finally:
+        subprocess.run(["scancel", str(job.job_id)], check=False, timeout=30)
+    print(text[-2500:])
+    assert "[kdbench] received signal 12" in text
+    saved = [line for line in text.splitlines() if "checkpoint saved at step" in line]
+    assert saved, "the job did not checkpoint at its time limit"
+    step = int(saved[0].split("at step ")[1].split(";")[0])
+    assert step > 0
+    assert f"Requeued job {job.job_id}" in text
+    resumed = [line for line in text.splitlines() if line.startswith("[kdbench] resuming from")]
+    assert resumed and resumed[0].endswith(f"checkpoint-{step} at step {step}"), resumed  # nothing trained is lost
+    show = subprocess.run(["scontrol", "show", "job", str(job.job_id)], capture_output=True, text=True).stdout
+    assert "Restarts=1" in show
+    print(f"TIMING requeue: checkpoint at step {step}, resumed after {seconds:.0f}s")

@@ -1,0 +1,48 @@
+"""`kdbench tune` end to end in this process (tiny models, 32 real SST-2 rows): a study, resumed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sweep"))
+from _tiny import TINY_RUN  # noqa: E402
+
+
+@pytest.mark.integration
+def test_tune_inline_then_resume_adds_only_the_missing_trials(tmp_path, tiny_models, capsys):
+    from kdbench.tuning import add_command, make_storage
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_command(parser.add_subparsers())
+    out = tmp_path / "tune"
+    # a narrower space from the command line; lr stays fixed (removed from the space)
+    argv = ["tune", "kd", "--task", "sst2", "--teacher", str(tiny_models["teacher"]), "--student",
+            str(tiny_models["student"]), "--output", str(out), "--sampler-seed", "3", "--space", "lr=none",
+            "--space", "alpha=float:0.2:0.4"]
+    tiny = [f"{k}={v}" for k, v in TINY_RUN.items()]
+    args, extra = parser.parse_known_args(argv + ["--trials", "2"] + tiny)
+    args.overrides = extra
+    assert args.handler(args) == 0
+    study = optuna.load_study(study_name="kd-sst2", storage=make_storage(str(out / "study.journal")))
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
+    assert all(0.2 <= t.params["alpha"] <= 0.4 and "lr" not in t.params for t in study.trials)
+    for trial in study.trials:  # the objective is the main dev metric of the trial's result.json
+        record = json.loads((Path(trial.user_attrs["run_dir"]) / "result.json").read_text())
+        assert record["metrics"]["acc"] == trial.value and record["label"] == f"kd-sst2-t{trial.number}"
+
+    args, extra = parser.parse_known_args(argv + ["--trials", "3"] + tiny)
+    args.overrides = extra
+    assert args.handler(args) == 0
+    study = optuna.load_study(study_name="kd-sst2", storage=make_storage(str(out / "study.journal")))
+    assert len(study.trials) == 3  # resumed: one more trial, not three
+    best = yaml.safe_load((out / "best_config.yaml").read_text())
+    assert best["method"] == "kd" and best["method_params"]["alpha"] == study.best_params["alpha"]
+    assert best["train"]["lr"] == TINY_RUN["lr"] and "output" not in best and "label" not in best
+    assert (out / "optimization_history.png").stat().st_size > 1000

@@ -17,7 +17,8 @@ Two methods, because the two phases have different losses, defaults and tasks:
 
 Student initialisation (both): teacher blocks ``distilbert_init_layers(N, M)`` — round(i·(N−1)/(M−1))
 for student block i, halves up: ``[0, 2, 4, 7, 9, 11]`` for 12 → 6, ``[0, 3, 5]`` for 6 → 3 — plus
-the embeddings (``student_layers=every-other``).
+the embeddings (``student_layers=every-other``); ``distilbert-pretrain`` also copies the teacher's
+masked-LM head, as ``extract_distilbert.py`` does.
 """
 
 from __future__ import annotations
@@ -194,6 +195,17 @@ def trainable_without_position_embeddings(student: nn.Module, extras: nn.Module)
     return [ParamGroup(tuple(params))]
 
 
+def copy_head_weights(student: nn.Module, teacher: nn.Module) -> list[str]:
+    """Copy every weight outside the encoder (``base_model``) that student and teacher share by name
+    and shape (for ``BertForMaskedLM``: ``cls.predictions.*``). Returns the copied names."""
+    prefix = student.base_model_prefix + "."
+    teacher_state = teacher.state_dict()
+    head = {name: teacher_state[name].detach().clone() for name, tensor in student.state_dict().items()
+            if not name.startswith(prefix) and name in teacher_state and teacher_state[name].shape == tensor.shape}
+    student.load_state_dict(head, strict=False)
+    return sorted(head)
+
+
 class DistilBertPretrain(Method):
     name = "distilbert-pretrain"
     description = ("DistilBERT general distillation on a text corpus: 5*T^2*KL + 2*MLM + 1*cosine(last hidden), "
@@ -218,6 +230,17 @@ class DistilBertPretrain(Method):
                               f"{teacher.hidden_size} (or set alpha_cos=0)")
         if not context.run.data.corpus:
             raise ConfigError("distilbert-pretrain needs a text corpus: give corpus=PATH (one text per line)")
+
+    def initialize_student(self, student: nn.Module, teacher: nn.Module | None, context: MethodContext) -> None:
+        """When the student's layers come from the teacher (a preset with ``student_init`` auto or
+        teacher), also copy the teacher's masked-LM head, as ``extract_distilbert.py`` does (vocab
+        transform, its LayerNorm and the output bias; the decoder is tied to the copied embeddings)."""
+        from kdbench.plugins import STUDENTS
+
+        run = context.run
+        if teacher is None or run.student not in STUDENTS or run.student_init not in ("auto", "teacher"):
+            return
+        copy_head_weights(student, teacher)
 
     def masker(self, context: MethodContext, tokenizer: Any | None = None) -> MlmMasker:
         """The batch masker. Token counts come from the lines the ``corpus`` task trains on

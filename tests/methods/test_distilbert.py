@@ -341,3 +341,25 @@ def test_general_distillation_end_to_end_loss_falls(tmp_path: Path, shared_data:
     assert general.config.num_hidden_layers == 2
     assert torch.equal(general.bert.embeddings.position_embeddings.weight,
                        teacher.bert.embeddings.position_embeddings.weight)  # copied, then frozen
+
+
+def test_pretrain_student_gets_the_teachers_mlm_head() -> None:
+    from transformers import BertForMaskedLM
+
+    def mlm(layers: int) -> BertForMaskedLM:
+        return BertForMaskedLM(BertConfig(vocab_size=50, num_hidden_layers=layers, hidden_size=8,
+                                          num_attention_heads=2, intermediate_size=16))
+
+    torch.manual_seed(0)
+    teacher, student = mlm(4), mlm(2)
+    method = METHODS.get("distilbert-pretrain")()
+    run = build_run_config({"method": "distilbert-pretrain", "task": "corpus", "student": "teacher-2l", "teacher": "t"})
+    method.initialize_student(student, teacher, MethodContext(CORPUS, student.config, teacher.config, run))
+    for name in ("cls.predictions.transform.dense.weight", "cls.predictions.transform.LayerNorm.weight",
+                 "cls.predictions.bias"):
+        assert torch.equal(student.state_dict()[name], teacher.state_dict()[name]), name
+    untouched = mlm(2)
+    random_run = build_run_config({**run.to_dict(), "student_init": "random"})
+    before = untouched.state_dict()["cls.predictions.transform.dense.weight"].clone()
+    method.initialize_student(untouched, teacher, MethodContext(CORPUS, untouched.config, teacher.config, random_run))
+    assert torch.equal(untouched.state_dict()["cls.predictions.transform.dense.weight"], before)

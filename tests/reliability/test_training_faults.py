@@ -99,3 +99,16 @@ def test_config_building_for_probe_is_valid(tiny_world, tmp_path):
     values = {"method": "nan-probe", "task": "sst2", "student": str(tiny_world.student),
               "tokenizer": str(tiny_world.teacher), "output": str(tmp_path)}
     assert build_run_config(values).tokenizer == str(tiny_world.teacher)
+
+
+def test_non_finite_loss_on_the_last_step_without_a_log_or_save_there_still_fails(tiny_world, tmp_path, capsys):
+    """Epoch-based saving with max_steps ending mid-epoch and no log at that step: nothing in the
+    Trainer looks at the loss after the NaN, so the engine must check once more after training."""
+    method = _register("nan")
+    args = tiny_world.run_args(method, tmp_path, "max_steps=3", "logging_steps=50", "eval_steps=none")
+    args[args.index("--teacher"):args.index("--teacher") + 2] = []
+    message = cli_error(args + [f"tokenizer={tiny_world.teacher}"], capsys)
+    assert "became non-finite at step 3" in message
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert not (run_dir / "model").exists(), "no model is published from NaN weights"
+    assert json.loads((run_dir / "result.json").read_text())["status"] == "failed"

@@ -162,10 +162,14 @@ def test_job_at_its_time_limit_checkpoints_requeues_and_resumes(tmp_path, tiny_m
             if "resuming from" in text:
                 break
             if not released and state_file.is_file() and json.loads(state_file.read_text())["state"] == "requeued":
-                # Slurm holds a requeued batch job ~2 minutes (EligibleTime); release it now to save test time
-                subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], check=False,
-                               capture_output=True, timeout=30)
-                released = True
+                # Slurm holds a requeued batch job ~2 minutes (EligibleTime = requeue + 121 s); release it
+                # once it is back in the queue, to save test time
+                show = subprocess.run(["scontrol", "show", "job", str(job.job_id)], capture_output=True,
+                                      text=True, timeout=30).stdout
+                if "JobState=PENDING" in show and "Reason=BeginTime" in show:
+                    subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], check=False,
+                                   capture_output=True, timeout=30)
+                    released = True
             time.sleep(2)
         text = log.read_text()
         seconds = time.perf_counter() - started

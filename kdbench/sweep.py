@@ -305,11 +305,11 @@ class RunJob(submitit.helpers.Checkpointable):
     def __call__(self, request: RunRequest) -> str:
         from kdbench.launch import configure_job_process, graceful_requeue_callback
 
+        configure_job_process()  # first: exports RANK etc. in multi-task jobs (only rank 0 records state)
         state = Path(request.state_file)
         attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
         _write_state(state, RUNNING, attempt=attempt, **_job_identity())
         try:
-            configure_job_process()
             from kdbench.config import build_run_config
             from kdbench.engine import run_experiment
 
@@ -334,7 +334,12 @@ def _job_identity() -> dict[str, Any]:
 
 
 def _write_state(path: Path, state: str, **info: Any) -> None:
-    """Record a run's job-side state; keeps the job id the driver recorded when the job has none."""
+    """Record a run's job-side state; keeps the job id the driver recorded when the job has none.
+
+    In a multi-task (multi-GPU) job only global rank 0 writes.
+    """
+    if os.environ.get("RANK", "0") != "0":
+        return
     if info.get("job_id") is None and path.is_file():
         try:
             info["job_id"] = json.loads(path.read_text()).get("job_id")

@@ -266,8 +266,9 @@ def objective(spec: TuneSpec, trial: Any) -> float:
 @dataclass(frozen=True)
 class WorkerRequest:
     spec: TuneSpec
-    trials: int
+    trials: int  # this worker's share
     worker: int
+    target: int  # finished (complete or pruned) trials wanted in the study in all
 
 
 class TuneWorker(submitit.helpers.Checkpointable):
@@ -275,6 +276,7 @@ class TuneWorker(submitit.helpers.Checkpointable):
 
     def __call__(self, request: WorkerRequest) -> dict[str, int]:
         import optuna
+        from optuna.trial import TrialState
 
         from kdbench.launch import configure_job_process
 
@@ -290,8 +292,12 @@ class TuneWorker(submitit.helpers.Checkpointable):
             trial.set_user_attr("job_id", job_id)
             return objective(spec, trial)
 
+        # A requeued worker (time limit) runs its share again; the study-wide cap keeps the total.
+        cap = optuna.study.MaxTrialsCallback(request.target, states=(TrialState.COMPLETE, TrialState.PRUNED))
         before = len(study.trials)
-        study.optimize(run_trial, n_trials=request.trials, catch=(Exception,), gc_after_trial=True)
+        if finished_trials(study) < request.target:
+            study.optimize(run_trial, n_trials=request.trials, catch=(Exception,), gc_after_trial=True,
+                           callbacks=[cap])
         mine = study.trials[before:]
         return {state: sum(1 for t in mine if t.state.name == state) for state in ("COMPLETE", "PRUNED", "FAIL")}
 
@@ -348,7 +354,7 @@ def run_tune(spec: TuneSpec, trials: int, workers: int = 1, executor_kind: str =
     shares = split_trials(trials - finished_trials(study), workers)
     if not shares:
         log.info("study %s already has %d finished trials; running none", spec.study_name, finished_trials(study))
-    requests = [WorkerRequest(spec, n, i) for i, n in enumerate(shares)]
+    requests = [WorkerRequest(spec, n, i, trials) for i, n in enumerate(shares)]
     if requests and executor_kind == INLINE:
         for request in requests:
             TuneWorker()(request)

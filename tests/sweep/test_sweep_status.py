@@ -71,3 +71,13 @@ def test_job_state_keeps_the_job_id_the_driver_recorded(tmp_path):
     sw._write_state(path, sw.RUNNING, job_id=None, host="h")
     data = json.loads(path.read_text())
     assert data["state"] == "running" and data["job_id"] == "12_3" and data["host"] == "h"
+
+
+def test_only_rank_zero_of_a_multi_task_job_records_state(tmp_path, monkeypatch):
+    path = tmp_path / "s.json"
+    monkeypatch.setenv("RANK", "3")
+    sw._write_state(path, sw.RUNNING, job_id="1")
+    assert not path.exists()
+    monkeypatch.setenv("RANK", "0")
+    sw._write_state(path, sw.RUNNING, job_id="1")
+    assert json.loads(path.read_text())["state"] == "running"

@@ -141,7 +141,8 @@ def test_tune_with_two_parallel_slurm_workers_and_the_best_config_runs(tmp_path,
 def test_job_at_its_time_limit_checkpoints_requeues_and_resumes(tmp_path, tiny_models):
     """timeout_min=3 with the warning signal 120 s before the end: signalled ~60 s in, the job saves
     a checkpoint at the next step (no scheduled checkpoint exists: eval/save every 100000 steps),
-    requeues itself, and the requeued job resumes at exactly that step."""
+    requeues itself, and the requeued job resumes at exactly that step. Two requeues are allowed: on a
+    loaded machine the first signal can arrive before training has started (nothing to save yet)."""
     from kdbench.launch import make_executor
     from kdbench.sweep import RunJob, RunRequest
 
@@ -149,19 +150,18 @@ def test_job_at_its_time_limit_checkpoints_requeues_and_resumes(tmp_path, tiny_m
               "max_steps": 100000, "eval_steps": 100000, "logging_steps": 20, "max_train_samples": 64,
               "output": str(tmp_path / "runs")}
     profile = {"partition": "debug", "cpus_per_task": 1, "timeout_min": 3, "signal_delay_s": 120,
-               "max_num_timeout": 1}
+               "max_num_timeout": 2}
     executor = make_executor("slurm", tmp_path / "jobs", profile)
     state_file = tmp_path / "state.json"
     job = executor.submit(RunJob(), RunRequest("timeout-cell", values, str(state_file)))
     started = time.perf_counter()
     log = Path(job.paths.stdout)
-    released = False
     try:
-        while time.perf_counter() - started < 300:
+        while time.perf_counter() - started < 420:
             text = log.read_text() if log.is_file() else ""
-            if "resuming from" in text:
+            if "[kdbench] resuming from" in text:
                 break
-            if not released and state_file.is_file() and json.loads(state_file.read_text())["state"] == "requeued":
+            if state_file.is_file() and json.loads(state_file.read_text())["state"] == "requeued":
                 # Slurm holds a requeued batch job ~2 minutes (EligibleTime = requeue + 121 s); release it
                 # once it is back in the queue, to save test time
                 show = subprocess.run(["scontrol", "show", "job", str(job.job_id)], capture_output=True,
@@ -169,21 +169,23 @@ def test_job_at_its_time_limit_checkpoints_requeues_and_resumes(tmp_path, tiny_m
                 if "JobState=PENDING" in show and "Reason=BeginTime" in show:
                     subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], check=False,
                                    capture_output=True, timeout=30)
-                    released = True
             time.sleep(2)
         text = log.read_text()
         seconds = time.perf_counter() - started
+        show = subprocess.run(["scontrol", "show", "job", str(job.job_id)], capture_output=True, text=True).stdout
     finally:
         subprocess.run(["scancel", str(job.job_id)], check=False, timeout=30)
     print(text[-2500:])
-    assert "[kdbench] received signal 12" in text
-    saved = [line for line in text.splitlines() if "checkpoint saved at step" in line]
+    lines = text.splitlines()
+    resumed = [i for i, line in enumerate(lines) if line.startswith("[kdbench] resuming from")]
+    assert resumed, "the requeued job did not resume from a checkpoint"
+    saved = [line for line in lines[:resumed[0]] if "checkpoint saved at step" in line]
     assert saved, "the job did not checkpoint at its time limit"
-    step = int(saved[0].split("at step ")[1].split(";")[0])
+    step = int(saved[-1].split("at step ")[1].split(";")[0])
     assert step > 0
     assert f"Requeued job {job.job_id}" in text
-    resumed = [line for line in text.splitlines() if line.startswith("[kdbench] resuming from")]
-    assert resumed and resumed[0].endswith(f"checkpoint-{step} at step {step}"), resumed  # nothing trained is lost
-    show = subprocess.run(["scontrol", "show", "job", str(job.job_id)], capture_output=True, text=True).stdout
-    assert "Restarts=1" in show
-    print(f"TIMING requeue: checkpoint at step {step}, resumed after {seconds:.0f}s")
+    # nothing trained is lost: the resume starts at the step saved when the signal came
+    assert lines[resumed[0]].endswith(f"checkpoint-{step} at step {step}"), lines[resumed[0]]
+    restarts = int(show.split("Restarts=")[1].split()[0])
+    assert restarts >= 1
+    print(f"TIMING requeue: checkpoint at step {step}, resumed after {seconds:.0f}s ({restarts} requeue(s))")

@@ -323,3 +323,48 @@ def test_a_hub_mobilebert_loads_for_fine_tuning(tmp_path, monkeypatch):
     assert seen == ["google/mobilebert-uncased"]
     assert isinstance(model, MobileBertForSequenceClassification)
     assert model.config.id2label == {0: "negative", 1: "positive"}
+
+
+# ------------------------------------------------------------------------ through the engine
+def test_progressive_run_with_pd_through_the_engine_logs_stages_and_layer_rates(tmp_path, minilm_path):
+    """A tiny MLM teacher and MobileBERT student on a 24-line corpus: progressive stages kt-L1, kt-L2
+    and pd run in order, each stage's log names it, and the per-group learning rates are logged."""
+    import json
+
+    from transformers import AutoTokenizer, BertForMaskedLM, MobileBertForMaskedLM
+
+    from kdbench.config import build_run_config
+    from kdbench.engine import run_experiment
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    vocab = len(tokenizer)
+    torch.manual_seed(0)
+    teacher = BertForMaskedLM(BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                         intermediate_size=37, max_position_embeddings=64))
+    teacher.save_pretrained(tmp_path / "teacher")
+    tokenizer.save_pretrained(tmp_path / "teacher")
+    student = MobileBertForMaskedLM(tiny_student_config(layers=2, vocab_size=vocab, max_position_embeddings=64))
+    student.save_pretrained(tmp_path / "student")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"the film number {i} was {'good' if i % 2 else 'dull'} and long" for i in range(24)))
+    config = build_run_config({
+        "method": "mobilebert", "task": "corpus", "teacher": str(tmp_path / "teacher"),
+        "student": str(tmp_path / "student"), "output": str(tmp_path / "runs"), "corpus": str(corpus),
+        "batch_size": 8, "epochs": 1, "max_seq_length": 16, "logging_steps": 1, "lr": 1e-3,
+        "strategy": "progressive", "kt_epochs": 2, "final_epochs": 1, "seed": 3})
+    run_dir = run_experiment(config)
+    record = json.loads((run_dir / "result.json").read_text())
+    assert record["status"] == "completed"
+    assert [stage["name"] for stage in record["stages"]] == ["kt-L1", "kt-L2", "pd"]
+
+    def logs(index: int, name: str) -> list[dict]:
+        states = sorted((run_dir / "stages" / f"{index}-{name}").glob("checkpoint-*/trainer_state.json"))
+        return [entry for entry in json.loads(states[-1].read_text())["log_history"] if "loss" in entry]
+
+    second = logs(1, "kt-L2")
+    assert {entry["stage"] for entry in second} == {"kt-L2"}
+    assert {"loss/fmt/L2", "loss/at/L2", "lr/current-L2", "lr/lower"} <= set(second[0])
+    moving = [entry for entry in second if entry["lr/lower"] > 0]
+    assert moving and all(e["lr/current-L2"] == pytest.approx(10 * e["lr/lower"]) for e in moving)  # 3x vs 0.3x
+    final = logs(2, "pd")
+    assert {"loss/pd"} <= set(final[0]) and "loss/fmt/L2" not in final[0]

@@ -1,0 +1,121 @@
+"""`kdbench bench`: the TextBrewer job's losses and layer matches, summaries, report, bad input."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kdbench import bench
+from kdbench.cli import main
+from kdbench.features import Features
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _features(hidden: list[torch.Tensor], scores: list[torch.Tensor], logits: torch.Tensor) -> Features:
+    return Features(logits=logits, hidden_states=tuple(hidden), attention_scores=tuple(scores))
+
+
+def test_joint_stage_sums_tinybert_losses_over_uniformly_mapped_layers():
+    torch.manual_seed(0)
+    t_hidden = [torch.randn(2, 3, 4) for _ in range(5)]  # embeddings + 4 teacher layers
+    t_scores = [torch.randn(2, 2, 3, 3) for _ in range(4)]
+    s_hidden = [torch.randn(2, 3, 4) for _ in range(3)]  # embeddings + 2 student layers
+    s_scores = [torch.randn(2, 2, 3, 3) for _ in range(2)]
+    s_scores[0][0, 0, 0, 1] = -10000.0  # a padded key: zeroed on both sides before the MSE
+    t_logits, s_logits = torch.tensor([[1.0, 0.0], [0.0, 2.0]]), torch.tensor([[0.5, 0.5], [1.0, -1.0]])
+    stage = bench.tinybert_joint_stage(teacher_layers=4, student_layers=2)
+    assert stage.teacher_features.hidden_states and stage.teacher_features.attention_scores
+    terms = stage.loss({}, _features(s_hidden, s_scores, s_logits), _features(t_hidden, t_scores, t_logits))
+
+    mse = lambda a, b: ((a - b) ** 2).mean()  # noqa: E731
+    assert torch.allclose(terms["embd"], mse(s_hidden[0], t_hidden[0]))
+    assert torch.allclose(terms["hidn"], mse(s_hidden[1], t_hidden[2]) + mse(s_hidden[2], t_hidden[4]))
+    clean = s_scores[0].clone()
+    clean[0, 0, 0, 1] = 0.0
+    assert torch.allclose(terms["attn"], mse(clean, t_scores[1]) + mse(s_scores[1], t_scores[3]))
+    soft = -(torch.softmax(t_logits, -1) * torch.log_softmax(s_logits, -1)).mean()
+    assert torch.allclose(terms["pred"], soft)
+
+
+def test_textbrewer_matches_mirror_the_joint_stage():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import textbrewer_job
+    finally:
+        sys.path.pop(0)
+    matches = textbrewer_job.intermediate_matches(teacher_layers=6, student_layers=3)
+    hidden = [(m["layer_S"], m["layer_T"]) for m in matches if m["feature"] == "hidden"]
+    attention = [(m["layer_S"], m["layer_T"]) for m in matches if m["feature"] == "attention"]
+    assert hidden == [(0, 0), (1, 2), (2, 4), (3, 6)]  # hidden_states index: embeddings first
+    assert attention == [(0, 1), (1, 3), (2, 5)]  # attentions index: layer i+1
+    assert {m["loss"] for m in matches} == {"hidden_mse", "attention_mse"}
+    assert bench.step_list(6, 3) == "2,4,6"
+
+
+def test_summary_is_median_min_max():
+    assert bench._summary([3.0, 1.0, 2.0, 10.0]) == {"median": 2.5, "min": 1.0, "max": 10.0,
+                                                      "all": [3.0, 1.0, 2.0, 10.0]}
+
+
+def _row(method: str, cached: bool) -> dict:
+    row = {"method": method, "stage": method, "engine_examples_per_s": {"median": 100.0},
+           "floor_examples_per_s": {"median": 105.0}, "engine_over_floor": {"median": 1.05},
+           "peak_memory": {"engine": {"max_rss_mb": 900.0}}}
+    if cached:
+        row.update(cached_examples_per_s={"median": 160.0}, cache_speedup={"median": 1.6})
+    return row
+
+
+def test_markdown_report_has_one_row_per_stage_and_the_textbrewer_ratio():
+    result = {
+        "machine": {"cpu": "Test CPU", "cpu_cores_usable": 2, "gpu": None, "torch": "2.x", "transformers": "5.x",
+                    "load_average_at_start": (8.0, 8.0, 8.0)},
+        "precision": "fp32", "compile": False, "teacher_attention": "sdpa",
+        "options": {"task": "sst2", "teacher": "/t/model", "student": "teacher-3l", "batch_size": 8,
+                    "max_seq_length": 64, "steps": 4, "warmup": 1, "repeats": 3},
+        "methods": [_row("finetune", False), _row("kd", True)],
+        "skipped_methods": {"pkd": "ConfigError: bad"},
+        "textbrewer": {"job": "TinyBERT-style", "kdbench_examples_per_s": {"median": 130.0},
+                       "textbrewer_examples_per_s": {"median": 100.0}, "floor_examples_per_s": {"median": 140.0},
+                       "kdbench_over_textbrewer_throughput": {"median": 1.3}},
+        "augmentation": {"n_aug": 20, "top_k": 15, "mlm": "tiny", "sentences_per_s": {"median": 12.5}},
+    }
+    text = bench.render_markdown(result)
+    assert "| finetune | finetune | 100.0 | 105.0 | 1.050x | — | — | 900 MB RSS |" in text
+    assert "| kd | kd | 100.0 | 105.0 | 1.050x | 160.0 | 1.60x | 900 MB RSS |" in text
+    assert "| pkd | skipped | ConfigError: bad |" in text
+    assert "**1.30x** TextBrewer's throughput" in text and "12.5 sentences/s" in text
+
+
+@pytest.mark.parametrize("flag", ["--steps=0", "--repeats=0", "--warmup=-1", "--methods=,"])
+def test_bad_options_are_one_line_errors(flag, capsys):
+    assert main(["bench", "--teacher", "x", flag]) == 2
+    assert "kdbench: error:" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_bench_runs_kd_on_real_text(tmp_path, shared_data, minilm_path, monkeypatch):
+    """Two timed steps of kd on SST-2 with a tiny teacher: engine, floor and cached rows are filled."""
+    sys.path.insert(0, str(REPO / "tests" / "cache"))
+    try:
+        from conftest import build_tiny_teacher
+    finally:
+        sys.path.pop(0)
+    teacher = build_tiny_teacher(tmp_path / "teacher", str(minilm_path))
+    options = bench.BenchOptions(teacher=str(teacher), student=str(teacher), methods=("kd",), steps=2, warmup=1,
+                                 repeats=1, batch_size=4, max_seq_length=32, data_dir=str(shared_data),
+                                 textbrewer=False, augment=False)
+    result = bench.run_bench(options)
+    (row,) = result["methods"]
+    assert row["method"] == "kd" and row["timed_examples"] == 8 and row["timed_tokens"] > 8
+    assert row["engine_examples_per_s"]["median"] > 0 and row["floor_examples_per_s"]["median"] > 0
+    assert row["cache"]["fields"] == ["logits"] and row["cache"]["rows"] == 12
+    assert result["machine"]["torch"] == torch.__version__
+    json_path, md_path = bench.write_results(result, tmp_path / "out")
+    assert json.loads(json_path.read_text())["methods"][0]["stage"] == "kd"
+    assert "| kd | kd |" in md_path.read_text()

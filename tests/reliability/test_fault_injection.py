@@ -1,7 +1,8 @@
 """Kill -9 at random moments: no completed record is ever lost or half-written, and resuming
 finishes every cell while re-running none that had completed.
 
-A small sweep (kd x seeds x alpha on the tiny world) runs with two worker processes at a time,
+A small sweep (kd x seeds x alpha on the tiny world, 6 cells, grown if it finishes before the kill
+quota) runs with two worker processes at a time,
 one process per cell as a sweep's local executor does. A seeded schedule SIGKILLs workers at
 random moments (model loading, training steps, checkpoint saves, record writes) until at least
 ``KILLS`` kills happened; killed cells are simply started again (the resume) until all complete.
@@ -13,6 +14,7 @@ import collections
 import json
 import multiprocessing
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -25,6 +27,8 @@ KILLS = 22
 PARALLEL = 2
 SEED = 20261123
 TIME_LIMIT_S = 240
+CELLS = 6  # the sweep; grown two cells at a time (up to MAX_CELLS) only if it finishes before KILLS kills
+MAX_CELLS = 12
 LATE_KILL_SHARE = 0.3  # share of kills aimed at the end of a run (final save, result.json write)
 LATE = "final save and record write"
 
@@ -33,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 
 def _cells(world, output: Path) -> list[dict]:
     cells = []
-    for seed in (1, 2, 3):
+    for seed in range(1, 1 + MAX_CELLS // 2):
         for alpha in ("0.5", "0.9"):
             cells.append({
                 "method": "kd", "task": "sst2", "teacher": str(world.teacher), "student": str(world.student),
@@ -90,9 +94,10 @@ def test_kill_9_at_random_moments_loses_nothing(tiny_world, tmp_path):
     warm.start()
     warm.join()
     output = tmp_path / "sweep"
-    cells = _cells(tiny_world, output)
-    run_dirs = [_run_dir(values) for values in cells]
-    assert len(set(run_dirs)) == len(cells)
+    all_cells = _cells(tiny_world, output)
+    all_run_dirs = [_run_dir(values) for values in all_cells]
+    assert len(set(all_run_dirs)) == len(all_cells)
+    cells, run_dirs = all_cells[:CELLS], all_run_dirs[:CELLS]
     logs = tmp_path / "logs"
     logs.mkdir()
 
@@ -107,7 +112,9 @@ def test_kill_9_at_random_moments_loses_nothing(tiny_world, tmp_path):
     unexpected_exits: list[str] = []
     started = time.monotonic()
     try:
-        while len(completed) < len(cells):
+        while len(completed) < len(cells) or (kills < KILLS and len(cells) < MAX_CELLS):
+            if len(completed) == len(cells):  # finished too early for the kill quota: grow the sweep
+                cells, run_dirs = all_cells[:len(cells) + 2], all_run_dirs[:len(cells) + 2]
             assert time.monotonic() - started < TIME_LIMIT_S, (
                 f"sweep did not finish: {len(completed)}/{len(cells)} cells, {kills} kills")
             # Start workers for unfinished cells that nobody is running (the resume).
@@ -126,8 +133,8 @@ def test_kill_9_at_random_moments_loses_nothing(tiny_world, tmp_path):
                         # Aimed at the end: the final save and the record write.
                         deadline = -rng.uniform(0.0, 0.6)
                     else:
-                        # Uniform over a worker's observed lifetime, so kills land in every phase.
-                        delay = rng.uniform(0.05, max(lifetimes, default=6.0))
+                        # Uniform over a typical worker lifetime, so kills land in every phase.
+                        delay = rng.uniform(0.05, statistics.median(lifetimes) if lifetimes else 6.0)
                         kill_delays.append(delay)
                         deadline = time.monotonic() + delay
                 running[index] = (process, deadline)

@@ -111,9 +111,19 @@ def _checked(name: str, dim: SearchDimension) -> SearchDimension:
     return dim
 
 
-def resolve_space(declared: SearchSpace, yaml_space: dict[str, Any] | None, cli_space: list[str]) -> SearchSpace:
-    """The method's space, updated by the YAML ``search_space`` mapping, then by ``--space`` items."""
-    space: dict[str, SearchDimension] = dict(declared)
+def resolve_space(declared: SearchSpace, yaml_space: dict[str, Any] | None, cli_space: list[str],
+                  fixed: set[str] | frozenset[str] = frozenset()) -> SearchSpace:
+    """The method's space, updated by the YAML ``search_space`` mapping, then by ``--space`` items.
+
+    A declared dimension whose key the user fixed (``lr=1e-4`` on the command line or in the YAML
+    config; ``learning_rate`` and ``lr`` are one key) is not searched; an explicit ``search_space`` /
+    ``--space`` entry still is.
+    """
+    from kdbench.config import STANDARD_KEYS
+
+    fixed_keys = {STANDARD_KEYS.get(key, key) for key in fixed}
+    space: dict[str, SearchDimension] = {name: dim for name, dim in declared.items()
+                                         if STANDARD_KEYS.get(name, name) not in fixed_keys}
     for name, value in (yaml_space or {}).items():
         dim = dimension_from_mapping(name, value)
         space.pop(name, None) if dim is None else space.__setitem__(name, dim)
@@ -459,7 +469,7 @@ def spec_from_args(args: argparse.Namespace) -> TuneSpec:
     method_cls = METHODS.get(args.method)
     base_config = build_run_config({**values, "output": args.output})
     declared = method_cls.from_overrides(base_config.method_params).search_space()
-    space = resolve_space(declared, yaml_space, args.space or [])
+    space = resolve_space(declared, yaml_space, args.space or [], fixed=set(values) - {"method", "task"})
     plan_run(build_run_config({**values, **space_midpoint(space), "output": args.output}))  # every name valid
     task = TASKS.get(base_config.task)
     storage = args.storage or str(Path(args.output).resolve() / DEFAULT_STORAGE)

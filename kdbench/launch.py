@@ -34,8 +34,15 @@ the job function; :func:`init_distributed` (called by the sweep's job function w
 ``JobEnvironment().num_tasks > 1``) exports ``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` from :class:`submitit.JobEnvironment` so
 Hugging Face ``Trainer``/``accelerate`` pick up DDP, and optionally initialises the process group.
-Only task 0's return value is reported by submitit; every task writes through the same run folder,
-and the engine lets only the main process write files.
+Only task 0's return value is reported by submitit; every task writes through the same run folder.
+
+Time limits and preemption: submitit asks Slurm for ``--signal=USR2@<signal_delay_s>`` (default 90 s
+before the limit; ``timeout_min`` must then be >= 3). kdbench's job objects are
+``submitit.helpers.Checkpointable``; :func:`graceful_requeue_callback` defers the signal to the
+next optimiser step, saves a Trainer checkpoint, then lets submitit requeue the same call (at most
+``max_num_timeout`` times). The requeued job reruns ``run_experiment`` on the same run folder, which
+resumes the unfinished stage from that checkpoint (the log shows ``resuming from ... at step N``).
+Note that Slurm holds a requeued batch job about two minutes before it is eligible again.
 """
 
 from __future__ import annotations

@@ -54,6 +54,7 @@ class BenchOptions:
     textbrewer: bool = True
     augment: bool = True
     augment_sentences: int = 64
+    profile: bool = False
     overrides: dict[str, str] = field(default_factory=dict)
 
 
@@ -75,6 +76,8 @@ def add_command(subparsers: Any) -> None:
     bench.add_argument("--no-textbrewer", action="store_true")
     bench.add_argument("--no-augment", action="store_true")
     bench.add_argument("--augment-sentences", type=int, default=64)
+    bench.add_argument("--profile", action="store_true",
+                       help="also profile one round of the TextBrewer comparison (torch.profiler op tables)")
     bench.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="run-config overrides for every method")
     bench.set_defaults(handler=cmd_bench)
 
@@ -88,7 +91,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         steps=args.steps, warmup=args.warmup, repeats=args.repeats, batch_size=args.batch_size,
         max_seq_length=args.max_seq_length, precision=args.precision, compile=args.compile, data_dir=args.data_dir,
         output=args.output, textbrewer=not args.no_textbrewer, augment=not args.no_augment,
-        augment_sentences=args.augment_sentences, overrides=parse_overrides(args.overrides),
+        augment_sentences=args.augment_sentences, profile=args.profile, overrides=parse_overrides(args.overrides),
     )
     for name in ("steps", "repeats", "batch_size", "augment_sentences"):
         if getattr(options, name) < 1:
@@ -483,7 +486,10 @@ def bench_textbrewer(setup: Setup) -> dict[str, Any]:
         floors.append(floor)
         theirs.append(tb_seconds)
         ratios.append(tb_seconds / seconds)
+    profile = _profile_joint_job(setup, config, stage, module, order, eager_teacher, layers_t, layers_s,
+                                 textbrewer_job) if options.profile else None
     return {
+        "profile": profile,
         "job": f"TinyBERT-style, one stage: embeddings + hidden MSE on layers T{{{step_list(layers_t, layers_s)}}} "
                "+ attention MSE + soft CE on logits",
         "kdbench_examples_per_s": _summary([examples / s for s in ours]),
@@ -495,6 +501,47 @@ def bench_textbrewer(setup: Setup) -> dict[str, Any]:
                  "eager attention (output_attentions), attention MSE on its attention probabilities, "
                  "kd_loss_type=ce, temperature 1, its own loop (GeneralDistiller.train, num_steps).",
     }
+
+
+def _profile_joint_job(setup: Setup, config: Any, stage: Any, module: Any, order: Any, eager_teacher: Any,
+                       layers_t: int, layers_s: int, textbrewer_job: Any) -> dict[str, Any]:
+    """One profiled round of engine, floor and TextBrewer: wall time vs time inside aten operators."""
+    import copy
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if setup.device.type == "cuda" else [])
+    found: dict[str, Any] = {}
+    batches: list[dict[str, Any]] = []
+
+    def engine() -> None:
+        nonlocal batches
+        _, batches, _ = _engine_run(setup, config, stage, module, order, None, setup.workdir, record=True)
+
+    def floor() -> None:
+        _floor_run(setup, stage, module, order, batches, config.train.lr)
+
+    def textbrewer() -> None:
+        student = textbrewer_job.eager_copy(copy.deepcopy(module.student))
+        textbrewer_job.run(eager_teacher, student, batches, warmup=setup.options.warmup, teacher_layers=layers_t,
+                           student_layers=layers_s, lr=config.train.lr, device=setup.device,
+                           bf16=setup.precision == "bf16", workdir=setup.workdir / "textbrewer")
+
+    for name, job in (("engine", engine), ("floor", floor), ("textbrewer", textbrewer)):
+        started = time.perf_counter()
+        with profile(activities=activities) as prof:
+            job()
+        wall = time.perf_counter() - started
+        averages = prof.key_averages()
+        top = sorted(averages, key=lambda e: e.self_cpu_time_total, reverse=True)[:12]
+        found[name] = {
+            "wall_seconds_incl_setup": round(wall, 3),
+            "self_cpu_seconds_in_ops": round(sum(e.self_cpu_time_total for e in averages) / 1e6, 3),
+            "top_ops": [{"op": e.key, "calls": e.count, "self_cpu_ms": round(e.self_cpu_time_total / 1e3, 2)}
+                        for e in top],
+        }
+    return found
 
 
 def step_list(teacher_layers: int, student_layers: int) -> str:
@@ -637,6 +684,13 @@ def render_markdown(result: dict[str, Any]) -> str:
                 f"floor {textbrewer['floor_examples_per_s']['median']:.1f} ex/s: kdbench is "
                 f"**{textbrewer['kdbench_over_textbrewer_throughput']['median']:.2f}x** TextBrewer's throughput.",
             ]
+        profile = textbrewer.get("profile")
+        if profile:
+            lines += ["", "Profile of one round (self time inside operators vs wall time, setup included):", ""]
+            for name, part in profile.items():
+                top = ", ".join(f"{op['op']} {op['self_cpu_ms']:.0f} ms" for op in part["top_ops"][:5])
+                lines.append(f"- {name}: wall {part['wall_seconds_incl_setup']:.2f} s, in operators "
+                             f"{part['self_cpu_seconds_in_ops']:.2f} s; top: {top}")
     augmentation = result.get("augmentation")
     if augmentation:
         lines += ["", f"**Augmentation** (TinyBERT, n_aug {augmentation['n_aug']}, K {augmentation['top_k']}, "

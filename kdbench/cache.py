@@ -410,6 +410,9 @@ class TeacherCacheSession:
     enabled: bool = True
     budget_mb: float = 0.0
     augmentation: str = "none"
+    epochs: float = 1.0  # the run's epochs (a stage may override them)
+    max_steps: int = -1
+    examples_per_step: int = 0  # batch size x gradient accumulation; used with max_steps
     root: Path = field(default_factory=default_cache_root)
     plans: list[CachePlan] = field(default_factory=list)
     _cache: TeacherOutputCache | None = None
@@ -419,7 +422,9 @@ class TeacherCacheSession:
                  precision: str) -> TeacherCacheSession:
         return cls(teacher=teacher, dataset=dataset, collate=collate, device=device, head=head,
                    max_length=run.train.max_seq_length, batch_size=run.train.eval_batch_size, precision=precision,
-                   enabled=run.train.teacher_cache, budget_mb=run.train.teacher_cache_budget_mb)
+                   enabled=run.train.teacher_cache, budget_mb=run.train.teacher_cache_budget_mb,
+                   epochs=run.train.epochs, max_steps=run.train.max_steps,
+                   examples_per_step=run.train.batch_size * run.train.grad_accum)
 
     def cache(self) -> TeacherOutputCache:
         if self._cache is None:
@@ -436,12 +441,22 @@ class TeacherCacheSession:
                           transforms_batch=stage.prepare_batch is not None, num_rows=self.dataset.num_rows,
                           max_length=self.max_length, teacher_config=self.teacher.config, budget_mb=self.budget_mb)
         self.plans.append(plan)
+        if plan.source == "cache" and self.passes(stage) < 1 and not all(self.cache().has(n) for n in plan.fields):
+            # Filling the cache costs one teacher pass over the whole set: more than a short stage needs.
+            plan.source, plan.reason = "live", (f"stage reads {self.passes(stage):.2f} of the training set and "
+                                                "the cache is empty: a full teacher pass would cost more")
         if plan.source != "cache":
             return None
         autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
         return prepare_cached_teacher(plan, self.cache(), self.teacher, self.dataset, self.collate,
                                       batch_size=self.batch_size, max_length=self.max_length, device=self.device,
                                       autocast_dtype=autocast)
+
+    def passes(self, stage: Any) -> float:
+        """How many times the stage reads the training set."""
+        if self.max_steps > 0:
+            return self.max_steps * self.examples_per_step / max(1, self.dataset.num_rows)
+        return float(stage.epochs if stage.epochs is not None else self.epochs)
 
     def summary(self) -> dict[str, Any]:
         used = any(plan.source == "cache" for plan in self.plans)

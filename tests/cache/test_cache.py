@@ -199,3 +199,13 @@ def test_kd_run_records_and_reuses_the_cache(tmp_path, tiny_teacher, shared_data
     assert first["stages"][0]["source"] == "cache" and first["stages"][0]["fields"] == ["logits"]
     assert not first["stages"][0]["hit"] and second["stages"][0]["hit"]
     assert first["folder"] == second["folder"] and first["key"]["max_length"] == 32
+
+
+def test_short_stage_runs_the_teacher_unless_the_cache_is_already_filled(tmp_path):
+    teacher, data = _tiny_teacher(), _dataset(LENGTHS)
+    short = _session(tmp_path, teacher, data, max_steps=2, examples_per_step=4)  # 8 of 10 rows
+    assert short.for_stage(Stage("kd", loss=None)) is None
+    assert short.plans[0].source == "live" and "0.80 of the training set" in short.plans[0].reason
+    _session(tmp_path, teacher, data).for_stage(Stage("kd", loss=None))  # a full-epoch run fills it
+    again = _session(tmp_path, teacher, data, max_steps=2, examples_per_step=4)
+    assert again.for_stage(Stage("kd", loss=None)) is not None and again.plans[0].hit

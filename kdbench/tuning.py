@@ -281,6 +281,12 @@ class WorkerRequest:
     target: int  # finished (complete or pruned) trials wanted in the study in all
 
 
+def worker_seed(sampler_seed: int | None, worker: int, existing_trials: int) -> int | None:
+    """A sampler seed per worker *and* per resume: a worker that reloads a study must not replay
+    the random start-up samples an earlier worker with the same index already tried."""
+    return None if sampler_seed is None else sampler_seed + 7919 * worker + 104729 * existing_trials
+
+
 class TuneWorker(submitit.helpers.Checkpointable):
     """A submitted worker: loads the (already created) study and runs its share of the trials."""
 
@@ -292,9 +298,10 @@ class TuneWorker(submitit.helpers.Checkpointable):
 
         configure_job_process()
         spec = request.spec
-        seed = None if spec.sampler_seed is None else spec.sampler_seed + request.worker
         study = optuna.load_study(study_name=spec.study_name, storage=make_storage(spec.storage),
-                                  sampler=optuna.samplers.TPESampler(seed=seed), pruner=make_pruner(spec.pruner))
+                                  pruner=make_pruner(spec.pruner))
+        study.sampler = optuna.samplers.TPESampler(seed=worker_seed(spec.sampler_seed, request.worker,
+                                                                    len(study.trials)))
         job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")
 
         def run_trial(trial: Any) -> float:

@@ -141,3 +141,9 @@ def test_plots_are_written(tmp_path):
         data = (tmp_path / f"{name}.png").read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
         assert files[name] == str(tmp_path / f"{name}.png")
+
+
+def test_worker_seeds_differ_across_workers_and_resumes():
+    seeds = {tuning.worker_seed(0, worker, existing) for worker in (0, 1, 2) for existing in (0, 3, 8)}
+    assert len(seeds) == 9
+    assert tuning.worker_seed(None, 1, 5) is None

@@ -82,7 +82,8 @@ def plot_tradeoffs(frame, out_dir: str | Path, *, title_prefix: str = "") -> lis
             for i, row in group.iterrows():
                 err = row["std"] if isinstance(row.get("std"), float) and not math.isnan(row["std"]) else None
                 ax.errorbar(xs[i], ys[i], yerr=err, fmt="o", capsize=3, label=f"{row['method']} ({row['student']})")
-                ax.annotate(row["method"], (xs[i], ys[i]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+                short = f"{row['method']}/{str(row['student'])[:16]}"
+                ax.annotate(short, (xs[i], ys[i]), textcoords="offset points", xytext=(5, 4 + 7 * (i % 3)), fontsize=7)
             if front:
                 fx = [xs[i] for i in front]
                 fy = [ys[i] for i in front]

@@ -683,7 +683,8 @@ class Table:
     header: list[str]
     rows: list[list[str]]
     notes: list[str] = field(default_factory=list)
-    measured: dict[tuple[str, str], Measured] = field(default_factory=dict)
+    measured: dict[tuple[Any, str], Measured] = field(default_factory=dict)
+    label_columns: int = 2  # leading text columns (left-aligned); the rest are numbers
 
 
 def _published_text(value: PublishedValue | None) -> str:
@@ -818,7 +819,7 @@ def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer) -> Tabl
     avg_over = [MAIN_METRICS[t][0] for t in spec.glue_average_over if t in tasks]
     header = ["Method", "Student", "Teacher", *headers, "Avg (ours)", "Paper avg", "Params (M)", "FLOPs (G)",
               "Speed-up"]
-    table = Table(spec.name, spec.title, header, [])
+    table = Table(spec.name, spec.title, header, [], label_columns=3)
     if len(completed):
         groups: dict[tuple[str, str, str, str], list[int]] = {}
         for index, run in completed.iterrows():
@@ -897,7 +898,8 @@ def _markdown(table: Table) -> str:
     widths = [max(len(esc(r[i])) for r in [table.header, *table.rows]) for i in range(len(table.header))]
     line = lambda cells: "| " + " | ".join(esc(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     out = [f"**{table.title}**", "", line(table.header),
-           "|" + "|".join(("-" * (w + 1) + ":") if i >= 2 else ("-" * (w + 2)) for i, w in enumerate(widths)) + "|"]
+           "|" + "|".join(("-" * (w + 1) + ":") if i >= table.label_columns else ("-" * (w + 2))
+                          for i, w in enumerate(widths)) + "|"]
     out += [line(r) for r in table.rows]
     out += [""] + [f"- {n}" for n in table.notes]
     return "\n".join(out) + "\n"
@@ -913,7 +915,7 @@ def _latex_escape(text: str) -> str:
 
 
 def _latex(table: Table) -> str:
-    cols = "ll" + "r" * (len(table.header) - 2)
+    cols = "l" * table.label_columns + "r" * (len(table.header) - table.label_columns)
     out = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{cols}}}", r"\toprule",
            " & ".join(_latex_escape(h) for h in table.header) + r" \\", r"\midrule"]
     out += [" & ".join(_latex_escape(c) for c in row) + r" \\" for row in table.rows]

@@ -57,7 +57,10 @@ def test_executors(tmp_path):
 
 def test_distributed_environment_from_slurm_variables(monkeypatch):
     for key in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
-        monkeypatch.delenv(key, raising=False)
+        # setenv first so monkeypatch restores the key (deletes it) after init_distributed exported it:
+        # a leaked WORLD_SIZE=8 makes every later Trainer wait for 7 missing ranks
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
     # task 5 of 8: 2 nodes x 4 GPUs, second node, third GPU
     env = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "4242", "SLURM_NTASKS": "8", "SLURM_JOB_NUM_NODES": "2",
            "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_PROCID": "6", "SLURM_LOCALID": "2"}
@@ -69,6 +72,10 @@ def test_distributed_environment_from_slurm_variables(monkeypatch):
     assert os.environ["RANK"] == "6" and os.environ["WORLD_SIZE"] == "8"
     assert os.environ["LOCAL_RANK"] == "2" and os.environ["LOCAL_WORLD_SIZE"] == "4"
     assert 20000 <= int(os.environ["MASTER_PORT"]) <= 60000  # derived from the job id: same in every task
+
+
+def test_the_distributed_test_leaves_no_variables_behind():
+    assert not {"RANK", "WORLD_SIZE", "MASTER_ADDR"} & set(os.environ)
 
 
 def test_single_task_and_no_job_leave_the_environment_alone(monkeypatch):

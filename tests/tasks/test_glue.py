@@ -266,7 +266,7 @@ def test_label_order_tsv_teacher_keeps_accuracy_on_hub_order_data(tmp_path: Path
     with open(root / "glue_data" / "MNLI" / "train.tsv", "a") as handle:
         handle.write("999\tonly\tthree\n")
     config = RunConfig(method="finetune", task="mnli", student=str(tiny_bert_dir), output=str(tmp_path / "runs"),
-                       train=TrainConfig(max_seq_length=24, batch_size=16, epochs=6, lr=3e-3, precision="fp32",
+                       train=TrainConfig(max_seq_length=24, batch_size=8, epochs=3, lr=3e-3, precision="fp32",
                                          warmup_ratio=0.0),
                        data=DataConfig(data_dir=str(root), on_bad_row="skip"))
     run_dir = run_experiment(config)

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -28,8 +29,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "kdbench.measure",
     "kdbench.plots",
     "kdbench.tasks.corpus",
-    "kdbench.augment_cli",
     "kdbench.predict",
+    "kdbench.augment_cli",
     "kdbench.sweep",
     "kdbench.tuning",
     "kdbench.bench",
@@ -90,7 +91,7 @@ def run_config_from_args(args: argparse.Namespace) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from kdbench.engine import plan_run, run_experiment
+    from kdbench.engine import is_main_process, plan_run, run_experiment
 
     config = run_config_from_args(args)
     if args.dry_run:
@@ -99,6 +100,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(plan.run_dir)
         return 0
     run_dir = run_experiment(config)
+    if not is_main_process():  # other ranks of a multi-GPU job: rank 0 reports
+        return 0
     record = json.loads((run_dir / "result.json").read_text())
     print(json.dumps({"metrics": record["metrics"], "train_seconds": record.get("train_seconds")}))
     print(run_dir)
@@ -193,11 +196,20 @@ def main(argv: list[str] | None = None) -> int:
         return handler(args)
     except _user_errors() as error:
         message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        print(f"kdbench: error: {message}", file=sys.stderr)
+        # Start on a fresh line: the error may interrupt a progress bar.
+        print(f"\nkdbench: error: {message}" if _mid_line() else f"kdbench: error: {message}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("kdbench: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `kdbench list tables | head`: the reader left, which is not an error
+        sys.stdout = open(os.devnull, "w")
+        return 0
+
+
+def _mid_line() -> bool:
+    """Whether a progress bar may have left standard error mid-line (only on a terminal)."""
+    return sys.stderr.isatty()
 
 
 if __name__ == "__main__":  # pragma: no cover

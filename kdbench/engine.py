@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import time
 import traceback
@@ -326,7 +327,7 @@ class DistillationTrainer(Trainer):
         if self.stage.prepare_batch is not None and model.training:
             inputs = dict(self.stage.prepare_batch(inputs))
         student_inputs = model_inputs(inputs)
-        outputs = model.student(**student_inputs)
+        outputs = model(**student_inputs)  # through the wrapper, so DDP synchronises gradients
         student_features = self.student_capture.collect(outputs)
         teacher_features = self.teacher_features(inputs) if self.teacher is not None else None
         terms = self.stage.loss(inputs, student_features, teacher_features)
@@ -431,6 +432,7 @@ class DistillationTrainer(Trainer):
         log.info("resumed stage %s from %s", self.stage.name, resume_from_checkpoint)
 
     def _load_best_model(self) -> None:
+        self.accelerator.wait_for_everyone()  # rank 0 may still be writing the checkpoint
         best = self.state.best_model_checkpoint
         if best:
             load_module(self.model, Path(best))
@@ -517,8 +519,23 @@ def run_experiment(config: RunConfig, callbacks: Sequence[TrainerCallback] = ())
     on failure.
     """
     plan = plan_run(config)
+    if not is_main_process():  # the other ranks of a multi-GPU job train alongside rank 0 and write nothing
+        return _run_planned(plan, callbacks)
     with run_lock(plan.run_dir):  # one writer per run folder, released by the kernel if killed
         return _run_planned(plan, callbacks)
+
+
+def is_main_process() -> bool:
+    """True for a plain process and for rank 0 of a ``torch.distributed`` job: the one that writes
+    the run folder (config, checkpoints' summaries, the final model, the record)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def training_device() -> torch.device:
+    """This process's device: its own GPU (``LOCAL_RANK``) in a multi-GPU job, else the GPU or CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
 
 
 def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback]) -> Path:
@@ -529,8 +546,10 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback]) -> Path:
         if previous["status"] == "completed":
             log.info("run %s already completed; nothing to do", run_dir)
             return run_dir
+    writer = is_main_process()
     run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(plan.config, run_dir / "config.yaml")
+    if writer:
+        save_config(plan.config, run_dir / "config.yaml")
     started = time.perf_counter()
     record: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -552,17 +571,19 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback]) -> Path:
     except BaseException as error:
         record.update(status="failed", error=f"{type(error).__name__}: {error}",
                       traceback=traceback.format_exc(limit=20), train_seconds=round(time.perf_counter() - started, 2))
-        write_json_atomic(record_path, record)
+        if writer:
+            write_json_atomic(record_path, record)
         raise
     record["train_seconds"] = round(time.perf_counter() - started, 2)
-    write_json_atomic(record_path, record)
+    if writer:
+        write_json_atomic(record_path, record)
     return run_dir
 
 
 def _execute(plan: RunPlan, run_dir: Path, callbacks: Sequence[TrainerCallback] = ()) -> dict[str, Any]:
     config, method, task = plan.config, plan.method, plan.task
     set_seed(config.train.seed)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = training_device()
 
     # Tokenizer and data first: a missing or malformed file fails here, before any model loads.
     tokenizer_source = config.tokenizer or config.teacher or config.student
@@ -614,8 +635,9 @@ def _execute(plan: RunPlan, run_dir: Path, callbacks: Sequence[TrainerCallback] 
 
     metrics = evaluate_student(student, task, eval_splits, tokenizer, config.train.eval_batch_size) if eval_splits else {}
     model_dir = run_dir / "model"
-    student.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
+    if is_main_process():
+        student.save_pretrained(model_dir)
+        tokenizer.save_pretrained(model_dir)
     return {
         "metrics": metrics,
         "student_params": count_parameters(student),
@@ -702,8 +724,10 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
         return StageResult(**{**summary, "skipped": True})
     if stage.uses_teacher and teacher is None:
         raise ConfigError(f"stage {stage.name!r} needs a teacher")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
     print(f"[kdbench] stage {index}: {stage.name} (lr {stage.lr or config.train.lr}, "
-          f"epochs {stage.epochs or config.train.epochs})", flush=True)
+          f"epochs {stage.epochs or config.train.epochs}"
+          f"{f', {world} processes' if world > 1 else ''})", flush=True)
     checkpoint = last_complete_checkpoint(folder)
     args = training_arguments(config, stage, folder, task.spec.main_metric, has_eval=bool(eval_splits))
     trainer = DistillationTrainer(
@@ -738,7 +762,8 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
     if trainer.state.best_metric is not None:
         metrics[args.metric_for_best_model] = trainer.state.best_metric
     result = StageResult(stage.name, trainer.state.global_step, round(seconds, 2), metrics, checkpoint)
-    save_module(module, folder / "final", tokenizer)
-    write_json_atomic(done, result.__dict__)
+    if is_main_process():
+        save_module(module, folder / "final", tokenizer)
+        write_json_atomic(done, result.__dict__)
     return result
 

@@ -8,7 +8,9 @@ from kdbench.features import Features
 from kdbench.method import Method, MethodContext, Stage
 from kdbench.plugins import METHODS
 from kdbench.search_space import Choice, FloatRange, SearchSpace
+from kdbench.task import HeadType
 from kdbench.task_loss import task_loss
+from kdbench.tasks.corpus import MlmMasking
 
 
 @dataclass
@@ -35,7 +37,9 @@ class FineTune(Method):
         def loss(batch, student: Features, teacher: Features | None):
             return {"task": task_loss(batch, student, head)}
 
-        return [Stage("finetune", loss, uses_teacher=False)]
+        # On a plain-text corpus, fine-tuning is masked-LM training: BERT's 15% / 80-10-10 masking.
+        masking = MlmMasking.for_run(context.run) if head is HeadType.MASKED_LM else None
+        return [Stage("finetune", loss, uses_teacher=False, prepare_batch=masking)]
 
 
 METHODS.register("finetune", FineTune)

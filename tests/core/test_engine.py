@@ -111,3 +111,17 @@ def test_sigkill_mid_training_resumes_from_the_last_checkpoint(tiny_teacher, sha
     assert record["status"] == "completed"
     assert record["stages"][0]["steps"] == 60
     assert record["stages"][0]["resumed_from"].endswith(f"checkpoint-{resumed_step}")
+
+
+def test_finetune_on_a_corpus_trains_a_masked_lm(tiny_teacher, tmp_path, capsys):
+    from transformers import AutoModelForMaskedLM
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"line number {i} of a small plain text corpus\n" for i in range(40)))
+    code, out = run_cli(["run", "finetune", "--task", "corpus", "--student", str(tiny_teacher), f"corpus={corpus}",
+                         "--output", str(tmp_path / "runs"), "max_steps=4", "batch_size=8"], capsys)
+    assert code == 0
+    record = json.loads(Path(out[-1], "result.json").read_text())
+    assert record["status"] == "completed" and record["metrics"] == {}
+    assert record["stages"][0]["steps"] == 4
+    assert AutoModelForMaskedLM.from_pretrained(Path(out[-1], "model")).config.architectures == ["BertForMaskedLM"]

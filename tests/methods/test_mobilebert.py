@@ -23,14 +23,6 @@ SST2_LIKE = TaskSpec("sst2", HeadType.CLASSIFICATION, "acc", ("negative", "posit
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: a second intra-op thread only adds synchronisation (slow on a shared CPU)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def tiny_teacher(layers: int = 3, heads: int = 4) -> BertModel:
     torch.manual_seed(0)

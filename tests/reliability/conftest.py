@@ -103,13 +103,3 @@ def build_tiny_world(root: Path) -> TinyWorld:
 def tiny_world(tmp_path_factory: pytest.TempPathFactory) -> TinyWorld:
     return build_tiny_world(tmp_path_factory.mktemp("tiny-world"))
 
-
-@pytest.fixture(autouse=True)
-def one_intra_op_thread():
-    """Tiny models on a shared 2-core machine: OpenMP spin-waiting across threads only slows them."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)

@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sweep"))
-from _tiny import TINY_RUN  # noqa: E402
+from tiny_models import TINY_RUN
 
 pytestmark = pytest.mark.slurm
 ENV_FILE = Path("/etc/slurm/kdbench-dev.env")

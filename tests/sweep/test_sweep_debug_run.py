@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from _tiny import TINY_RUN
+from tiny_models import TINY_RUN
 
 
 @pytest.mark.integration

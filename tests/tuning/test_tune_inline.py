@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import optuna
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sweep"))
-from _tiny import TINY_RUN  # noqa: E402
+from tiny_models import TINY_RUN
 
 
 @pytest.mark.integration

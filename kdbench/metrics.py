@@ -218,6 +218,11 @@ def f1_score(prediction: str, gold: str) -> float:
     gold_tokens = _tokens(gold)
     if not pred_tokens or not gold_tokens:
         return float(pred_tokens == gold_tokens)
+    return _token_f1(pred_tokens, gold_tokens)
+
+
+def _token_f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
+    """Harmonic mean of token precision and recall over the shared multiset; 0 when none is shared."""
     common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
     same = sum(common.values())
     if same == 0:
@@ -261,15 +266,7 @@ def squad_has_answer(dataset: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -
 
 def f1_score_v1(prediction: str, gold: str) -> float:
     """Token F1 in [0, 1] exactly as the v1.1 script: 0 when no token is shared (also both empty)."""
-    pred_tokens = normalize_answer(prediction).split()
-    gold_tokens = normalize_answer(gold).split()
-    common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
-    same = sum(common.values())
-    if same == 0:
-        return 0.0
-    precision = same / len(pred_tokens)
-    recall = same / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)
+    return _token_f1(normalize_answer(prediction).split(), normalize_answer(gold).split())
 
 
 def squad_v1(golds: Mapping[str, Sequence[str]], predictions: Mapping[str, str]) -> dict[str, float]:

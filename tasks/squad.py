@@ -104,12 +104,7 @@ def read_squad_json(path: Path | str, version: SquadVersion = V1, on_bad_row: st
     ``on_bad_row="skip"`` the question is dropped and counted. No usable question is an error.
     """
     path = Path(path).expanduser()
-    if not path.is_file():
-        raise DataError(f"SQuAD file {str(path)!r} does not exist")
-    try:
-        loaded = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise DataError(f"{path}: not valid JSON ({error})") from None
+    loaded = _load_json(path, "SQuAD")
     articles = loaded.get("data") if isinstance(loaded, dict) else None
     if not isinstance(articles, list):
         raise DataError(f"{path}: expected a SQuAD file, a JSON object with a 'data' list of articles")
@@ -534,14 +529,19 @@ class SquadTask(Task):
         return self.score_answers(data.examples, answers, probs, na_prob_threshold)
 
 
-def _read_json_mapping(path: Path | str, what: str) -> dict[str, Any]:
-    path = Path(path)
+def _load_json(path: Path, what: str) -> Any:
+    """The parsed JSON of ``path``; a missing or unparsable file is a DataError naming it."""
     if not path.is_file():
         raise DataError(f"{what} file {str(path)!r} does not exist")
     try:
-        loaded = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise DataError(f"{path}: not valid JSON ({error})") from None
+
+
+def _read_json_mapping(path: Path | str, what: str) -> dict[str, Any]:
+    path = Path(path)
+    loaded = _load_json(path, what)
     if not isinstance(loaded, dict):
         raise DataError(f"{path}: expected a JSON object {{question_id: value}}")
     return loaded

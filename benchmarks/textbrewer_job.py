@@ -3,7 +3,7 @@
 Same teacher, student, batches, batch size and losses as kdbench's ``tinybert-joint`` bench stage:
 embeddings + hidden-state MSE on uniformly mapped layers (student layer s <- teacher layer s*k),
 attention MSE on the matching layers, and soft cross-entropy on the logits (``kd_loss_type="ce"``,
-temperature 1, no hard-label term), gradient clipping at 1.0, AdamW. TextBrewer's own training loop
+temperature 1, no hard-label term), gradient clipping at 1.0, the engine's AdamW. TextBrewer's own training loop
 (``GeneralDistiller.train`` with ``num_steps``) runs over the very batches kdbench's engine consumed.
 
 TextBrewer reads attention maps from ``output_attentions=True`` (Hugging Face's post-softmax
@@ -82,6 +82,8 @@ def run(teacher: Any, student: Any, batches: list[dict[str, Any]], *, warmup: in
     _install_summary_writer_stand_in()
     from textbrewer import DistillationConfig, GeneralDistiller, TrainingConfig
 
+    from kdbench.engine import build_adamw
+
     workdir.mkdir(parents=True, exist_ok=True)
     # One extra batch: its pre-step stamp closes the timing of the last real step. The only
     # checkpoint TextBrewer writes comes after it.
@@ -92,7 +94,8 @@ def run(teacher: Any, student: Any, batches: list[dict[str, Any]], *, warmup: in
     teacher.eval()
     student.train()
     distiller = GeneralDistiller(train_config, distill_config, teacher, student, _adaptor, _adaptor)
-    optimizer = torch.optim.AdamW(student.parameters(), lr=lr, weight_decay=0.01)
+    # The engine's optimiser (fused AdamW where available), so the ratio compares the loops only.
+    optimizer = build_adamw(list(student.parameters()), lr=lr, weight_decay=0.01)
     stamps: list[float] = []
 
     def strip_and_clock(batch: dict[str, Any]) -> dict[str, Any]:

@@ -245,14 +245,14 @@ def _floor_run(setup: Setup, stage: Any, module: Any, teacher_order: Any, batche
     import torch
 
     from kdbench.capture import FeatureCapture
-    from kdbench.engine import model_inputs
+    from kdbench.engine import build_adamw, model_inputs
     from kdbench.method import all_parameters
 
     options = setup.options
     timer = _Timer(setup.device, options.warmup, len(batches))
     groups = (stage.param_groups or all_parameters)(module.student, module.extras)
     params = [p for group in groups for p in group.params if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    optimizer = build_adamw(params, lr=lr, weight_decay=0.01)
     student_capture = FeatureCapture(module.student, stage.student_features)
     teacher_capture = FeatureCapture(setup.teacher, stage.teacher_features) if stage.uses_teacher else None
     autocast = (torch.autocast(setup.device.type, dtype=torch.bfloat16) if setup.precision == "bf16"

@@ -116,6 +116,17 @@ def plan_run(config: RunConfig) -> RunPlan:
     return RunPlan(resolved, method, task, preset)
 
 
+def check_model_paths_exist(config: RunConfig) -> None:
+    """Raise ConfigError for a student, teacher or tokenizer written as a path that does not exist.
+
+    Not part of :func:`plan_run`: a sweep plans its dependent runs before the runs that produce
+    their models exist. A name written as a path (absolute, ``./``, ``../``, ``~``) is never a Hub id.
+    """
+    for role, source in (("student", config.student), ("teacher", config.teacher), ("tokenizer", config.tokenizer)):
+        if source and source.startswith(("/", "./", "../", "~")) and not Path(source).expanduser().exists():
+            raise ConfigError(f"{role} folder {source!r} does not exist")
+
+
 def _looks_like_model(name: str) -> bool:
     """A folder, or something shaped like a Hub id (``org/name`` or a bare known model name)."""
     return Path(name).exists() or "/" in name or name.startswith(("bert-", "distilbert-", "roberta-"))
@@ -537,6 +548,7 @@ def run_experiment(config: RunConfig, callbacks: Sequence[TrainerCallback] = ())
     on failure.
     """
     plan = plan_run(config)
+    check_model_paths_exist(config)
     if not is_main_process():  # the other ranks of a multi-GPU job train alongside rank 0 and write nothing
         return _run_planned(plan, callbacks)
     with run_lock(plan.run_dir):  # one writer per run folder, released by the kernel if killed

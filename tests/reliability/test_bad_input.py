@@ -267,6 +267,16 @@ def test_model_folder_without_config(tiny_world, tmp_path, capsys):
     assert "config.json" in message and str(teacher) in message
 
 
+@pytest.mark.parametrize("role", ["student", "teacher"])
+def test_a_model_path_that_does_not_exist_is_named_before_any_run_folder(role, tiny_world, tmp_path, capsys):
+    missing = str(tmp_path / "runs" / "gone" / "model")
+    argv = tiny_world.run_args("kd", tmp_path / "out")
+    argv[argv.index(f"--{role}") + 1] = missing
+    message = cli_error(argv, capsys, tmp_path / "out")
+    assert f"{role} folder {missing!r} does not exist" in message
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
 # -- records -----------------------------------------------------------------------------------
 def _record(**changes) -> dict:
     record = {"schema_version": 1, "method": "kd", "task": "sst2", "student": "s", "config": {}, "metrics": {},

@@ -344,6 +344,7 @@ class DistillationTrainer(Trainer):
         self._term_sums: dict[str, Tensor] = {}
         self._first_nonfinite: dict[str, Tensor] = {}
         self._term_steps = 0
+        self.last_loss_terms: dict[str, float] = {}  # per-term means of the last logged window
 
     def release(self) -> None:
         self.student_capture.remove()
@@ -401,10 +402,12 @@ class DistillationTrainer(Trainer):
                 )
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs and self._term_steps:
+        # "train_loss" marks Trainer's end-of-training summary: it carries the steps after the last
+        # periodic log, so a stage shorter than logging_steps still reports its terms.
+        if ("loss" in logs or "train_loss" in logs) and self._term_steps:
             self.check_finite()
-            for name, total in self._term_sums.items():
-                logs[f"loss/{name}"] = float(total) / self._term_steps
+            self.last_loss_terms = {name: float(total) / self._term_steps for name, total in self._term_sums.items()}
+            logs.update({f"loss/{name}": value for name, value in self.last_loss_terms.items()})
             self._term_sums.clear()
             self._term_steps = 0
             if self.optimizer is not None and len({g["name"] for g in self.optimizer.param_groups}) > 1:
@@ -491,6 +494,7 @@ class StageResult:
     metrics: dict[str, float] = field(default_factory=dict)
     resumed_from: str | None = None
     skipped: bool = False
+    final_loss_terms: dict[str, float] = field(default_factory=dict)  # per-term means, last logged window
 
 
 def resolved_precision(config: RunConfig) -> str:
@@ -791,7 +795,8 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
     metrics = {}
     if trainer.state.best_metric is not None:
         metrics[args.metric_for_best_model] = trainer.state.best_metric
-    result = StageResult(stage.name, trainer.state.global_step, round(seconds, 2), metrics, checkpoint)
+    result = StageResult(stage.name, trainer.state.global_step, round(seconds, 2), metrics, checkpoint,
+                         final_loss_terms={name: round(value, 6) for name, value in trainer.last_loss_terms.items()})
     if is_main_process():
         save_module(module, folder / "final", tokenizer)
         write_json_atomic(done, result.__dict__)

@@ -59,6 +59,19 @@ def test_finetune_then_kd_write_complete_records_and_loadable_models(tiny_teache
     assert "metric.acc" in frame.columns
 
 
+def test_a_stage_shorter_than_logging_steps_still_records_its_loss_terms(tiny_teacher, shared_data, tmp_path,
+                                                                          capsys):
+    code, out = run_cli(["run", "kd", "--task", "sst2", "--teacher", str(tiny_teacher), "--student", "teacher-1l",
+                         "--data-dir", str(shared_data / "glue_data"), "--output", str(tmp_path / "runs"),
+                         *SMALL, "logging_steps=100", "max_steps=3"], capsys)
+    assert code == 0
+    stage = json.loads((Path(out[-1]) / "result.json").read_text())["stages"][0]
+    assert stage["steps"] == 3
+    terms = stage["final_loss_terms"]
+    assert set(terms) == {"ce", "kd"}, "the 3 steps after the last periodic log were never reported"
+    assert all(0.0 < value < 50.0 for value in terms.values())
+
+
 def test_repeating_a_finished_run_trains_nothing(tiny_teacher, shared_data, tmp_path, capsys):
     args = ["run", "finetune", "--task", "sst2", "--student", str(tiny_teacher), "--data-dir",
             str(shared_data / "glue_data"), "--output", str(tmp_path), *SMALL]

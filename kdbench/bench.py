@@ -65,7 +65,7 @@ def add_command(subparsers: Any) -> None:
     bench.add_argument("--student", default="teacher-3l", help="student preset, Hub id or folder")
     bench.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated method names")
     bench.add_argument("--steps", type=int, default=20, help="timed steps per measurement")
-    bench.add_argument("--warmup", type=int, default=3, help="untimed steps before them")
+    bench.add_argument("--warmup", type=int, default=3, help="untimed steps before them (at least 1)")
     bench.add_argument("--repeats", type=int, default=3, help="interleaved repetitions (medians are reported)")
     bench.add_argument("--batch-size", type=int, default=32)
     bench.add_argument("--max-seq-length", type=int, default=64)
@@ -96,8 +96,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for name in ("steps", "repeats", "batch_size", "augment_sentences"):
         if getattr(options, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(options, name)!r}")
-    if options.warmup < 0:
-        raise ConfigError(f"--warmup: must be >= 0, got {options.warmup!r}")
+    if options.warmup < 1:  # the clock starts at the end of the last warm-up step
+        raise ConfigError(f"--warmup: must be >= 1, got {options.warmup!r}")
     if not options.methods:
         raise ConfigError("--methods: give at least one method name")
     result = run_bench(options)
@@ -325,7 +325,9 @@ def _setup(options: BenchOptions, workdir: Path) -> Setup:
     from kdbench.engine import load_model, plan_run, resolved_precision
     from kdbench.task import MODEL_INPUTS, TRAINING_TARGETS
 
-    config = _run_config(options, "kd")
+    # Data, tokenizer and teacher do not depend on the method; the first requested one validates the
+    # overrides, which may be parameters of that method (e.g. tinybert's mapping=[...]).
+    config = _run_config(options, options.methods[0])
     plan = plan_run(config)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = AutoTokenizer.from_pretrained(config.tokenizer or config.teacher)

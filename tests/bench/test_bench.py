@@ -92,7 +92,7 @@ def test_markdown_report_has_one_row_per_stage_and_the_textbrewer_ratio():
     assert "**1.30x** TextBrewer's throughput" in text and "12.5 sentences/s" in text
 
 
-@pytest.mark.parametrize("flag", ["--steps=0", "--repeats=0", "--warmup=-1", "--methods=,"])
+@pytest.mark.parametrize("flag", ["--steps=0", "--repeats=0", "--warmup=0", "--methods=,"])
 def test_bad_options_are_one_line_errors(flag, capsys):
     assert main(["bench", "--teacher", "x", flag]) == 2
     assert "kdbench: error:" in capsys.readouterr().err
@@ -114,3 +114,14 @@ def test_bench_runs_kd_on_real_text(tmp_path, shared_data, tiny_teacher):
     json_path, md_path = bench.write_results(result, tmp_path / "out")
     assert json.loads(json_path.read_text())["methods"][0]["stage"] == "kd"
     assert "| kd | kd |" in md_path.read_text()
+
+
+@pytest.mark.integration
+def test_bench_accepts_parameters_of_the_method_it_measures(shared_data, tiny_teacher):
+    """A tinybert-only bench with tinybert's own `mapping=[...]`: it used to be validated against kd."""
+    options = bench.BenchOptions(teacher=str(tiny_teacher), student="teacher-1l", methods=("tinybert",), steps=1,
+                                 warmup=1, repeats=1, batch_size=4, max_seq_length=32, data_dir=str(shared_data),
+                                 textbrewer=False, augment=False, overrides={"mapping": [2]})
+    result = bench.run_bench(options)
+    assert result["skipped_methods"] == {}
+    assert [row["stage"] for row in result["methods"]] == ["intermediate", "prediction"]

@@ -310,14 +310,18 @@ class CachedTeacher:
     """Teacher features looked up by example index instead of computed.
 
     Small fields live as tensors on the training device (lookups stay on the device: no host sync
-    per step); large fields stay memory-mapped on disk and are gathered per batch.
+    per step); large fields stay memory-mapped on disk and are gathered per batch, reading only the
+    batch's padded length. Attention probabilities are derived from the cached scores only when
+    ``probs_wanted`` (the stage's request asks for them).
     """
 
     tensors: dict[str, Any]
     mapped: dict[str, np.ndarray] = field(default_factory=dict)
+    probs_wanted: bool = True
 
     @classmethod
-    def open(cls, cache: TeacherOutputCache, fields: tuple[str, ...], device: Any) -> CachedTeacher:
+    def open(cls, cache: TeacherOutputCache, fields: tuple[str, ...], device: Any,
+             probs_wanted: bool = True) -> CachedTeacher:
         import torch
 
         tensors, mapped = {}, {}
@@ -326,7 +330,7 @@ class CachedTeacher:
                 mapped[name] = cache.load(name, mmap=True)
             else:
                 tensors[name] = torch.from_numpy(cache.load(name)).to(device)
-        return cls(tensors, mapped)
+        return cls(tensors, mapped, probs_wanted)
 
     def features(self, index: Any, attention_mask: Any) -> Any:
         import torch
@@ -341,8 +345,8 @@ class CachedTeacher:
         if self.mapped:
             rows = index.cpu().numpy()
             for name, table in self.mapped.items():
-                value = np.asarray(table[rows])
-                value = value[:, :, :length] if name == "hidden_states" else value[:, :, :, :length, :length]
+                # One gather that copies only the batch's length, not the max_length the cache was padded to.
+                value = table[rows, :, :length] if name == "hidden_states" else table[rows, :, :, :length, :length]
                 found[name] = torch.from_numpy(np.ascontiguousarray(value)).to(attention_mask.device)
         features = Features(logits=found.get("logits"), start_logits=found.get("start_logits"),
                             end_logits=found.get("end_logits"), attention_mask=attention_mask)
@@ -350,12 +354,14 @@ class CachedTeacher:
             features.hidden_states = tuple(found["hidden_states"].unbind(1))
         if "attention_scores" in found:
             features.attention_scores = tuple(found["attention_scores"].unbind(1))
-            features.attention_probs = tuple(torch.softmax(s, dim=-1) for s in features.attention_scores)
+            if self.probs_wanted:
+                features.attention_probs = tuple(torch.softmax(s, dim=-1) for s in features.attention_scores)
         return features
 
 
 def prepare_cached_teacher(plan: CachePlan, cache: TeacherOutputCache, teacher: Any, dataset: Any, collate: Any, *,
-                           batch_size: int, max_length: int, device: Any, autocast_dtype: Any = None) -> CachedTeacher:
+                           batch_size: int, max_length: int, device: Any, autocast_dtype: Any = None,
+                           probs_wanted: bool = True) -> CachedTeacher:
     """Fill the missing fields of ``plan`` (one teacher pass), then open them for lookup."""
     if plan.source != "cache":
         raise ConfigError(f"stage {plan.stage!r} does not read the teacher cache ({plan.reason})")
@@ -369,7 +375,7 @@ def prepare_cached_teacher(plan: CachePlan, cache: TeacherOutputCache, teacher: 
         cache.write(arrays, plan.precompute_seconds)
     manifest = cache.manifest()["fields"]
     plan.bytes = int(sum(manifest[name]["bytes"] for name in plan.fields))
-    return CachedTeacher.open(cache, plan.fields, device)
+    return CachedTeacher.open(cache, plan.fields, device, probs_wanted)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -450,7 +456,7 @@ class TeacherCacheSession:
         autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
         return prepare_cached_teacher(plan, self.cache(), self.teacher, self.dataset, self.collate,
                                       batch_size=self.batch_size, max_length=self.max_length, device=self.device,
-                                      autocast_dtype=autocast)
+                                      autocast_dtype=autocast, probs_wanted=stage.teacher_features.attention_probs)
 
     def passes(self, stage: Any) -> float:
         """How many times the stage reads the training set."""

@@ -23,6 +23,7 @@ This module imports nothing heavy at import time (``kdbench --help`` stays fast)
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import platform
 import statistics
@@ -55,6 +56,7 @@ class BenchOptions:
     augment: bool = True
     augment_sentences: int = 64
     profile: bool = False
+    cache_budget_mb: float = 0.0  # train.teacher_cache_budget_mb: 0 caches logits only
     overrides: dict[str, str] = field(default_factory=dict)
 
 
@@ -76,6 +78,9 @@ def add_command(subparsers: Any) -> None:
     bench.add_argument("--no-textbrewer", action="store_true")
     bench.add_argument("--no-augment", action="store_true")
     bench.add_argument("--augment-sentences", type=int, default=64)
+    bench.add_argument("--cache-budget-mb", type=float, default=0.0,
+                       help="disk allowed for cached hidden states and attention maps (train.teacher_cache_budget_mb); "
+                            "0 caches logits only, so stages with intermediate losses run the teacher live")
     bench.add_argument("--profile", action="store_true",
                        help="also profile one round of the TextBrewer comparison (torch.profiler op tables)")
     bench.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="run-config overrides for every method")
@@ -91,11 +96,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         steps=args.steps, warmup=args.warmup, repeats=args.repeats, batch_size=args.batch_size,
         max_seq_length=args.max_seq_length, precision=args.precision, compile=args.compile, data_dir=args.data_dir,
         output=args.output, textbrewer=not args.no_textbrewer, augment=not args.no_augment,
-        augment_sentences=args.augment_sentences, profile=args.profile, overrides=parse_overrides(args.overrides),
+        augment_sentences=args.augment_sentences, profile=args.profile, cache_budget_mb=args.cache_budget_mb,
+        overrides=parse_overrides(args.overrides),
     )
     for name in ("steps", "repeats", "batch_size", "augment_sentences"):
         if getattr(options, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(options, name)!r}")
+    if options.cache_budget_mb < 0:
+        raise ConfigError(f"--cache-budget-mb: must be >= 0, got {options.cache_budget_mb!r}")
     if options.warmup < 1:  # the clock starts at the end of the last warm-up step
         raise ConfigError(f"--warmup: must be >= 1, got {options.warmup!r}")
     if not options.methods:
@@ -141,11 +149,10 @@ def machine_description() -> dict[str, Any]:
         "platform": platform.platform(),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
+    # Package metadata, not ``textbrewer.__version__``: importing TextBrewer 0.2.1 fails without TensorBoard.
     try:
-        import textbrewer
-
-        description["textbrewer"] = textbrewer.__version__
-    except Exception:  # noqa: BLE001 - optional dependency; absent or broken both mean "not measured"
+        description["textbrewer"] = importlib.metadata.version("textbrewer")
+    except importlib.metadata.PackageNotFoundError:
         description["textbrewer"] = None
     return description
 
@@ -302,8 +309,10 @@ class Setup:
     cache_root: Path
 
 
-def _run_config(options: BenchOptions, method: str) -> Any:
-    from kdbench.config import build_run_config
+def _run_config(options: BenchOptions, method: str, method_overrides: bool = True) -> Any:
+    """The run config of ``method`` in the bench; ``method_overrides=False`` drops the overrides that are
+    method parameters (the TextBrewer job runs its own stage, whatever methods are measured)."""
+    from kdbench.config import build_run_config, is_method_parameter
 
     values: dict[str, Any] = {
         "method": method, "task": options.task, "teacher": options.teacher, "student": options.student,
@@ -313,7 +322,8 @@ def _run_config(options: BenchOptions, method: str) -> Any:
     }
     if options.data_dir:
         values["data_dir"] = options.data_dir
-    values.update(options.overrides)
+    values.update({key: value for key, value in options.overrides.items()
+                   if method_overrides or not is_method_parameter(key)})
     return build_run_config(values)
 
 
@@ -347,11 +357,11 @@ def _setup(options: BenchOptions, workdir: Path) -> Setup:
 # ---------------------------------------------------------------------------------------------
 # Per method
 # ---------------------------------------------------------------------------------------------
-def _build_method(setup: Setup, method_name: str) -> tuple[Any, Any, Any, list[Any], Any]:
+def _build_method(setup: Setup, method_name: str, method_overrides: bool = True) -> tuple[Any, Any, Any, list[Any], Any]:
     from kdbench.engine import DistillationModule, build_student, plan_run, teacher_label_order
     from kdbench.method import MethodContext
 
-    config = _run_config(setup.options, method_name)
+    config = _run_config(setup.options, method_name, method_overrides)
     plan = plan_run(config)
     spec = plan.task.spec
     student = build_student(plan, setup.teacher, setup.tokenizer).to(setup.device)
@@ -370,9 +380,20 @@ def _summary(values: list[float]) -> dict[str, Any]:
             "max": round(max(values), 3), "all": [round(v, 3) for v in values]}
 
 
-def bench_stage(setup: Setup, method: str, config: Any, stage: Any, module: Any, order: Any) -> dict[str, Any]:
+def _cache_session(setup: Setup, config: Any) -> Any:
+    """A teacher-output cache over the bench's training rows, with the bench's disk budget."""
+    from transformers import DataCollatorWithPadding
+
     from kdbench.cache import TeacherCacheSession
 
+    return TeacherCacheSession(
+        teacher=setup.teacher, dataset=setup.train_dataset, collate=DataCollatorWithPadding(setup.tokenizer),
+        device=setup.device, head=setup.task.spec.head.value, max_length=setup.options.max_seq_length,
+        batch_size=config.train.eval_batch_size, precision=setup.precision, budget_mb=setup.options.cache_budget_mb,
+        root=setup.cache_root)
+
+
+def bench_stage(setup: Setup, method: str, config: Any, stage: Any, module: Any, order: Any) -> dict[str, Any]:
     options = setup.options
     examples = options.steps * options.batch_size
     uses_teacher = stage.uses_teacher
@@ -380,12 +401,7 @@ def bench_stage(setup: Setup, method: str, config: Any, stage: Any, module: Any,
     session = cached = None
     plan_note = "stage runs no teacher"
     if uses_teacher:
-        from transformers import DataCollatorWithPadding
-
-        session = TeacherCacheSession(
-            teacher=setup.teacher, dataset=setup.train_dataset, collate=DataCollatorWithPadding(setup.tokenizer),
-            device=setup.device, head=setup.task.spec.head.value, max_length=options.max_seq_length,
-            batch_size=config.train.eval_batch_size, precision=setup.precision, budget_mb=0.0, root=setup.cache_root)
+        session = _cache_session(setup, config)
         cached = session.for_stage(stage)
         plan_note = session.plans[0].reason
     engine_s, floor_s, cached_s, ratios, speedups = [], [], [], [], []
@@ -464,13 +480,17 @@ def bench_textbrewer(setup: Setup) -> dict[str, Any]:
         sys.path.pop(0)
     if not textbrewer_job.available():
         return {"skipped": "textbrewer is not installed (pip install 'kdbench[bench]')"}
-    config, plan, module, _, order = _build_method(setup, "kd")
+    config, plan, module, _, order = _build_method(setup, "kd", method_overrides=False)
     layers_t = setup.teacher.config.num_hidden_layers
     layers_s = module.student.config.num_hidden_layers
     stage = tinybert_joint_stage(layers_t, layers_s)
     # TextBrewer reads attention maps from output_attentions, which needs eager attention.
     eager_teacher = textbrewer_job.eager_copy(setup.teacher)
-    ours, theirs, ratios, floors = [], [], [], []
+    # With a disk budget that holds the teacher's hidden states and attention maps, kdbench also runs
+    # the job from its cache (one teacher pass, reported), which TextBrewer has no equivalent of.
+    session = _cache_session(setup, config)
+    cached = session.for_stage(stage)
+    ours, theirs, ratios, floors, ours_cached, cached_ratios = [], [], [], [], [], []
     examples = options.steps * options.batch_size
     memory: dict[str, Any] = {}
     for _ in range(options.repeats):
@@ -488,10 +508,24 @@ def bench_textbrewer(setup: Setup) -> dict[str, Any]:
         floors.append(floor)
         theirs.append(tb_seconds)
         ratios.append(tb_seconds / seconds)
+        if cached is not None:
+            with_cache, _, memory["engine_cached"] = _engine_run(setup, config, stage, module, order, cached,
+                                                                 setup.workdir, record=False)
+            ours_cached.append(with_cache)
+            cached_ratios.append(tb_seconds / with_cache)
     profile = _profile_joint_job(setup, config, stage, module, order, eager_teacher, layers_t, layers_s,
                                  textbrewer_job) if options.profile else None
+    plan = session.plans[0]
+    if cached is not None:
+        cache = {"fields": list(plan.fields), "bytes": plan.bytes, "hit": plan.hit,
+                 "precompute_seconds": plan.precompute_seconds,
+                 "kdbench_cached_examples_per_s": _summary([examples / s for s in ours_cached]),
+                 "kdbench_cached_over_textbrewer_throughput": _summary(cached_ratios)}
+    else:
+        cache = {"used": False, "reason": plan.reason}
     return {
         "profile": profile,
+        "cache": cache,
         "job": f"TinyBERT-style, one stage: embeddings + hidden MSE on layers T{{{step_list(layers_t, layers_s)}}} "
                "+ attention MSE + soft CE on logits",
         "kdbench_examples_per_s": _summary([examples / s for s in ours]),
@@ -686,6 +720,18 @@ def render_markdown(result: dict[str, Any]) -> str:
                 f"floor {textbrewer['floor_examples_per_s']['median']:.1f} ex/s: kdbench is "
                 f"**{textbrewer['kdbench_over_textbrewer_throughput']['median']:.2f}x** TextBrewer's throughput.",
             ]
+            cache = textbrewer.get("cache", {})
+            if "kdbench_cached_examples_per_s" in cache:
+                filled = ("already on disk from an earlier stage" if cache.get("hit")
+                          else f"one teacher pass of {cache['precompute_seconds']:.1f} s")
+                lines.append(
+                    f"With the teacher's {', '.join(cache['fields'])} read from kdbench's cache "
+                    f"({cache['bytes'] / 2**20:.0f} MB on disk, {filled}): "
+                    f"kdbench {cache['kdbench_cached_examples_per_s']['median']:.1f} ex/s, "
+                    f"**{cache['kdbench_cached_over_textbrewer_throughput']['median']:.2f}x** TextBrewer's throughput."
+                )
+            elif cache.get("reason"):
+                lines.append(f"kdbench's teacher cache was not used for this job: {cache['reason']}.")
         profile = textbrewer.get("profile")
         if profile:
             lines += ["", "Profile of one round (self time inside operators vs wall time, setup included):", ""]

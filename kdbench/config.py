@@ -189,6 +189,15 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def is_method_parameter(key: str) -> bool:
+    """Whether :func:`build_run_config` files ``key`` under the method's parameters."""
+    if key == "method_params" or key.startswith("method_params."):
+        return True
+    if key in SECTIONS or key in STANDARD_KEYS or key in TOP_LEVEL:
+        return False
+    return "." not in key
+
+
 def build_run_config(values: dict[str, Any]) -> RunConfig:
     """Build a RunConfig from a mapping that may mix sections, flat standard keys and method keys.
 

@@ -82,7 +82,10 @@ def test_markdown_report_has_one_row_per_stage_and_the_textbrewer_ratio():
         "skipped_methods": {"pkd": "ConfigError: bad"},
         "textbrewer": {"job": "TinyBERT-style", "kdbench_examples_per_s": {"median": 130.0},
                        "textbrewer_examples_per_s": {"median": 100.0}, "floor_examples_per_s": {"median": 140.0},
-                       "kdbench_over_textbrewer_throughput": {"median": 1.3}},
+                       "kdbench_over_textbrewer_throughput": {"median": 1.3},
+                       "cache": {"fields": ["logits", "hidden_states"], "bytes": 300 * 2**20, "precompute_seconds": 4.25,
+                                 "kdbench_cached_examples_per_s": {"median": 190.0},
+                                 "kdbench_cached_over_textbrewer_throughput": {"median": 1.9}}},
         "augmentation": {"n_aug": 20, "top_k": 15, "mlm": "tiny", "sentences_per_s": {"median": 12.5}},
     }
     text = bench.render_markdown(result)
@@ -90,12 +93,26 @@ def test_markdown_report_has_one_row_per_stage_and_the_textbrewer_ratio():
     assert "| kd | kd | 100.0 | 105.0 | 1.050x | 160.0 | 1.60x | 900 MB RSS |" in text
     assert "| pkd | skipped | ConfigError: bad |" in text
     assert "**1.30x** TextBrewer's throughput" in text and "12.5 sentences/s" in text
+    assert ("logits, hidden_states read from kdbench's cache (300 MB on disk, one teacher pass of 4.2 s): "
+            "kdbench 190.0 ex/s, **1.90x** TextBrewer's throughput.") in text
 
 
-@pytest.mark.parametrize("flag", ["--steps=0", "--repeats=0", "--warmup=0", "--methods=,"])
+@pytest.mark.parametrize("flag", ["--steps=0", "--repeats=0", "--warmup=0", "--methods=,", "--cache-budget-mb=-1"])
 def test_bad_options_are_one_line_errors(flag, capsys):
     assert main(["bench", "--teacher", "x", flag]) == 2
-    assert "kdbench: error:" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "kdbench: error:" in err and flag.split("=")[0] in err
+
+
+def test_machine_description_records_the_installed_textbrewer_version():
+    """Read from package metadata: importing TextBrewer 0.2.1 without TensorBoard fails, which used to record None."""
+    import importlib.metadata
+
+    try:
+        expected = importlib.metadata.version("textbrewer")
+    except importlib.metadata.PackageNotFoundError:
+        expected = None
+    assert bench.machine_description()["textbrewer"] == expected
 
 
 @pytest.mark.integration
@@ -125,3 +142,33 @@ def test_bench_accepts_parameters_of_the_method_it_measures(shared_data, tiny_te
     result = bench.run_bench(options)
     assert result["skipped_methods"] == {}
     assert [row["stage"] for row in result["methods"]] == ["intermediate", "prediction"]
+
+
+@pytest.mark.integration
+def test_cache_budget_lets_intermediate_stages_read_cached_teacher_features(shared_data, tiny_teacher):
+    """With a disk budget, TinyBERT's intermediate stage reads hidden states and attention scores from the
+    cache (one teacher pass) instead of running the teacher; without one it is measured live only."""
+    common = dict(teacher=str(tiny_teacher), student="teacher-1l", methods=("tinybert",), steps=2, warmup=1,
+                  repeats=1, batch_size=4, max_seq_length=32, data_dir=str(shared_data), textbrewer=False,
+                  augment=False, overrides={"mapping": [2]})
+    without = bench.run_bench(bench.BenchOptions(**common))
+    assert "cache_speedup" not in without["methods"][0]
+    assert "teacher_cache_budget_mb=0" in without["methods"][0]["cache"]["reason"]
+    found = bench.run_bench(bench.BenchOptions(**common, cache_budget_mb=64.0))
+    intermediate = found["methods"][0]
+    assert intermediate["stage"] == "intermediate"
+    assert intermediate["cache"]["fields"] == ["logits", "hidden_states", "attention_scores"]
+    assert intermediate["cache"]["bytes"] > 0 and intermediate["cache_speedup"]["median"] > 0
+
+
+def test_textbrewer_job_config_drops_the_measured_methods_parameters():
+    """The TextBrewer job is built on kd; a tinybert-only bench's `mapping=[...]` is not a kd parameter."""
+    options = bench.BenchOptions(teacher="t", methods=("tinybert",), overrides={"mapping": [2, 4, 6], "lr": "3e-4"})
+    from kdbench.config import ConfigError
+    from kdbench.engine import plan_run
+
+    with pytest.raises(ConfigError, match="mapping"):
+        plan_run(bench._run_config(options, "kd"))
+    config = bench._run_config(options, "kd", method_overrides=False)
+    assert config.method_params == {} and config.train.lr == 3e-4
+    plan_run(config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from kdbench.config import ConfigError, build_run_config, load_yaml, parse_overrides, save_config
+from kdbench.config import ConfigError, build_run_config, is_method_parameter, load_yaml, parse_overrides, save_config
 
 BASE = {"method": "kd", "task": "sst2", "student": "teacher-3l", "teacher": "some/teacher"}
 
@@ -72,3 +72,16 @@ def test_hash_ignores_output_location_and_round_trips(tmp_path):
     assert a.config_hash() == b.config_hash() != c.config_hash()
     save_config(a, tmp_path / "config.yaml")
     assert build_run_config(load_yaml(tmp_path / "config.yaml")).config_hash() == a.config_hash()
+
+
+@pytest.mark.parametrize("key, expected", [
+    ("mapping", True), ("method_params.alpha", True), ("method_params", True),
+    ("lr", False), ("train.lr", False), ("data.max_train_samples", False), ("teacher", False), ("train", False),
+])
+def test_is_method_parameter_agrees_with_where_build_run_config_files_a_key(key, expected):
+    assert is_method_parameter(key) is expected
+    value = {"method_params": {"x": 1}, "train": {"lr": 1e-3}}.get(key, "1")
+    if key == "teacher":
+        value = "some/teacher"
+    config = build_run_config({"method": "kd", "task": "sst2", "student": "s", key: value})
+    assert bool(config.method_params) is expected

@@ -85,7 +85,9 @@ def test_markdown_report_has_one_row_per_stage_and_the_textbrewer_ratio():
                        "kdbench_over_textbrewer_throughput": {"median": 1.3},
                        "cache": {"fields": ["logits", "hidden_states"], "bytes": 300 * 2**20, "precompute_seconds": 4.25,
                                  "kdbench_cached_examples_per_s": {"median": 190.0},
-                                 "kdbench_cached_over_textbrewer_throughput": {"median": 1.9}}},
+                                 "textbrewer_cached_examples_per_s": {"median": 180.0},
+                                 "kdbench_cached_over_textbrewer_live_throughput": {"median": 1.9},
+                                 "kdbench_cached_over_textbrewer_cached_throughput": {"median": 1.05}}},
         "augmentation": {"n_aug": 20, "top_k": 15, "mlm": "tiny", "sentences_per_s": {"median": 12.5}},
     }
     text = bench.render_markdown(result)
@@ -93,8 +95,9 @@ def test_markdown_report_has_one_row_per_stage_and_the_textbrewer_ratio():
     assert "| kd | kd | 100.0 | 105.0 | 1.050x | 160.0 | 1.60x | 900 MB RSS |" in text
     assert "| pkd | skipped | ConfigError: bad |" in text
     assert "**1.30x** TextBrewer's throughput" in text and "12.5 sentences/s" in text
-    assert ("logits, hidden_states read from kdbench's cache (300 MB on disk, one teacher pass of 4.2 s): "
-            "kdbench 190.0 ex/s, **1.90x** TextBrewer's throughput.") in text
+    assert ("kdbench reads its logits, hidden_states from its cache (300 MB on disk, one teacher pass of 4.2 s), "
+            "190.0 ex/s; TextBrewer reads teacher outputs pre-computed per batch (its `teacher_cache`, in memory), "
+            "180.0 ex/s: kdbench is **1.05x** TextBrewer's throughput (1.90x TextBrewer with its teacher live).") in text
 
 
 @pytest.mark.parametrize("flag", ["--steps=0", "--repeats=0", "--warmup=0", "--methods=,", "--cache-budget-mb=-1"])
@@ -172,3 +175,37 @@ def test_textbrewer_job_config_drops_the_measured_methods_parameters():
     config = bench._run_config(options, "kd", method_overrides=False)
     assert config.method_params == {} and config.train.lr == 3e-4
     plan_run(config)
+
+
+def test_textbrewer_trains_the_same_student_from_precomputed_teacher_outputs(tmp_path):
+    """TextBrewer's `teacher_cache` path must be the same job as its live-teacher path: from the same
+    seed, two steps either way give the same student weights (needs `pip install 'kdbench[bench]'`)."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import textbrewer_job
+    finally:
+        sys.path.pop(0)
+    if not textbrewer_job.available():
+        pytest.skip("textbrewer is not installed")
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, num_labels=2)
+    torch.manual_seed(0)
+    teacher = textbrewer_job.eager_copy(BertForSequenceClassification(config))
+    student_config = BertConfig(**{**config.to_dict(), "num_hidden_layers": 1})
+    student = textbrewer_job.eager_copy(BertForSequenceClassification(student_config))
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]])
+    batches = [{"input_ids": torch.randint(5, 50, (2, 5)) * mask, "attention_mask": mask,
+                "token_type_ids": torch.zeros(2, 5, dtype=torch.long)} for _ in range(3)]
+    trained = []
+    for outputs in (None, textbrewer_job.precompute_teacher_outputs(teacher, batches)):
+        copy_ = textbrewer_job.eager_copy(student)
+        torch.manual_seed(1)
+        textbrewer_job.run(teacher, copy_, batches, warmup=1, teacher_layers=2, student_layers=1, lr=1e-2,
+                           device=torch.device("cpu"), bf16=False, workdir=tmp_path / "tb", teacher_outputs=outputs)
+        trained.append(copy_.state_dict())
+    moved = [name for name in trained[0] if not torch.equal(trained[0][name], student.state_dict()[name])]
+    assert moved, "the student did not train"
+    for name in trained[0]:
+        torch.testing.assert_close(trained[0][name], trained[1][name])

@@ -207,29 +207,26 @@ def build_run_config(values: dict[str, Any]) -> RunConfig:
     sections: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
     method_params: dict[str, Any] = {}
     for key, value in values.items():
-        if key in SECTIONS:
-            if not isinstance(value, dict):
-                raise ConfigError(f"{key}: must be a mapping, got {value!r}")
-            sections[key].update(value)
-        elif key == "method_params":
+        if key == "method_params":
             if not isinstance(value, dict):
                 raise ConfigError(f"method_params: must be a mapping, got {value!r}")
             method_params.update(value)
+        elif is_method_parameter(key):
+            method_params[key.removeprefix("method_params.")] = value
+        elif key in SECTIONS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{key}: must be a mapping, got {value!r}")
+            sections[key].update(value)
         elif key in STANDARD_KEYS:
             section, name = STANDARD_KEYS[key].split(".")
             sections[section][name] = value
-        elif "." in key:
-            section, name = key.split(".", 1)
-            if section == "method_params":
-                method_params[name] = value
-            elif section in SECTIONS:
-                sections[section][name] = value
-            else:
-                raise ConfigError(f"unknown config section {section!r} in key {key!r}")
         elif key in TOP_LEVEL:
             top[key] = value
-        else:
-            method_params[key] = value
+        else:  # a dotted key that is not method_params.*
+            section, name = key.split(".", 1)
+            if section not in SECTIONS:
+                raise ConfigError(f"unknown config section {section!r} in key {key!r}")
+            sections[section][name] = value
     for required in ("method", "task", "student"):
         if not top.get(required):
             raise ConfigError(f"{required}: missing (give it on the command line or in the YAML file)")

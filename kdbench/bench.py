@@ -13,7 +13,7 @@ For each method stage, on the same batches in the same process:
 Measurements are interleaved (engine, floor, cached, engine, floor, cached, ...) and summarised by
 medians; ``ratio`` is the median of the paired engine-time/floor-time ratios. A TinyBERT-style job
 (attention and hidden-state MSE on mapped layers, embeddings, soft cross-entropy on logits, one stage)
-is also run with TextBrewer (``benchmarks/textbrewer_job.py``) on the same batches, and
+is also run with TextBrewer (``kdbench/textbrewer_job.py``) on the same batches, and
 augmentation throughput (sentences/s of :class:`kdbench.augment.Augmenter` with a small MLM built from
 a config) is measured. Results: ``bench-<device>-<time>.json`` and ``.md`` under ``--output``.
 
@@ -329,50 +329,33 @@ def _run_config(options: BenchOptions, method: str, method_overrides: bool = Tru
 
 def _setup(options: BenchOptions, workdir: Path) -> Setup:
     import torch
-    from transformers import AutoTokenizer
 
-    from kdbench.cache import add_index_columns
-    from kdbench.engine import load_model, plan_run, resolved_precision
-    from kdbench.task import MODEL_INPUTS, TRAINING_TARGETS
+    from kdbench.engine import load_data, load_teacher, plan_run, resolved_precision
 
-    # Data, tokenizer and teacher do not depend on the method; the first requested one validates the
-    # overrides, which may be parameters of that method (e.g. tinybert's mapping=[...]).
+    # Data, tokenizer and teacher do not depend on the method: they are set up once, by the engine's
+    # own setup functions. The first requested method validates the overrides, which may be
+    # parameters of that method (e.g. tinybert's mapping=[...]).
     config = _run_config(options, options.methods[0])
     plan = plan_run(config)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer or config.teacher)
-    split = plan.task.encode_train(tokenizer, config)
-    columns = [c for c in (*MODEL_INPUTS, *TRAINING_TARGETS) if c in split.features.column_names]
-    dataset = add_index_columns(split.features.select_columns(columns))
-    teacher = load_model(config.teacher, plan.task.spec.head, plan.task.spec, trust_remote_code=False, role="teacher")
-    teacher.to(device).eval()
-    for parameter in teacher.parameters():
-        parameter.requires_grad_(False)
-    if options.compile:
-        teacher.compile()
-    return Setup(options, device, resolved_precision(config), tokenizer, plan.task, teacher, dataset, workdir,
-                 workdir / "teacher-cache")
+    data = load_data(plan)
+    teacher = load_teacher(plan, device)
+    return Setup(options, device, resolved_precision(config), data.tokenizer, plan.task, teacher,
+                 data.train_dataset(), workdir, workdir / "teacher-cache")
 
 
 # ---------------------------------------------------------------------------------------------
 # Per method
 # ---------------------------------------------------------------------------------------------
 def _build_method(setup: Setup, method_name: str, method_overrides: bool = True) -> tuple[Any, Any, Any, list[Any], Any]:
-    from kdbench.engine import DistillationModule, build_student, plan_run, teacher_label_order
-    from kdbench.method import MethodContext
+    """The method's module and stages, built by the engine's own :func:`~kdbench.engine.build_distillation`
+    (student, validation, the method's student initialisation, extra modules), as ``kdbench run`` builds them."""
+    from kdbench.engine import build_distillation, plan_run
 
     config = _run_config(setup.options, method_name, method_overrides)
     plan = plan_run(config)
-    spec = plan.task.spec
-    student = build_student(plan, setup.teacher, setup.tokenizer).to(setup.device)
-    if setup.options.compile:
-        student.compile()
-    context = MethodContext(task=spec, student_config=student.config, teacher_config=setup.teacher.config, run=config)
-    plan.method.validate(context)
-    extras = plan.method.extra_modules(context).to(setup.device)
-    stages = plan.method.stages(context)
-    order = teacher_label_order(setup.teacher, spec) if plan.method.requires_teacher else None
-    return config, plan, DistillationModule(student, extras), stages, order
+    distillation = build_distillation(plan, setup.teacher, setup.tokenizer, setup.device)
+    return config, plan, distillation.module, distillation.stages, distillation.teacher_order
 
 
 def _summary(values: list[float]) -> dict[str, Any]:
@@ -471,13 +454,8 @@ def bench_textbrewer(setup: Setup) -> dict[str, Any]:
     import copy
 
     options = setup.options
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    try:
-        import textbrewer_job
-    except ImportError as error:
-        return {"skipped": f"benchmarks/textbrewer_job.py cannot be imported: {error}"}
-    finally:
-        sys.path.pop(0)
+    from kdbench import textbrewer_job
+
     if not textbrewer_job.available():
         return {"skipped": "textbrewer is not installed (pip install 'kdbench[bench]')"}
     config, plan, module, _, order = _build_method(setup, "kd", method_overrides=False)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -43,11 +42,8 @@ def test_joint_stage_sums_tinybert_losses_over_uniformly_mapped_layers():
 
 
 def test_textbrewer_matches_mirror_the_joint_stage():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import textbrewer_job
-    finally:
-        sys.path.pop(0)
+    from kdbench import textbrewer_job
+
     matches = textbrewer_job.intermediate_matches(teacher_layers=6, student_layers=3)
     hidden = [(m["layer_S"], m["layer_T"]) for m in matches if m["feature"] == "hidden"]
     attention = [(m["layer_S"], m["layer_T"]) for m in matches if m["feature"] == "attention"]
@@ -182,11 +178,8 @@ def test_textbrewer_trains_the_same_student_from_precomputed_teacher_outputs(tmp
     seed, two steps either way give the same student weights (needs `pip install 'kdbench[bench]'`)."""
     from transformers import BertConfig, BertForSequenceClassification
 
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import textbrewer_job
-    finally:
-        sys.path.pop(0)
+    from kdbench import textbrewer_job
+
     if not textbrewer_job.available():
         pytest.skip("textbrewer is not installed")
     config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,

@@ -1,0 +1,159 @@
+"""Loading teachers and students with the task's head, and building a student from a preset."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from torch import nn
+from transformers import (
+    AutoModelForMaskedLM,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PreTrainedModel,
+)
+
+from kdbench.config import ConfigError
+from kdbench.engine.checkpoints import CheckpointError
+from kdbench.engine.planning import RunPlan
+from kdbench.students import copy_teacher_weights, resolve_teacher_layers
+from kdbench.task import HeadType, TaskSpec
+
+log = logging.getLogger("kdbench")
+
+
+HEAD_CLASSES = {
+    HeadType.CLASSIFICATION: AutoModelForSequenceClassification,
+    HeadType.REGRESSION: AutoModelForSequenceClassification,
+    HeadType.SPAN: AutoModelForQuestionAnswering,
+    HeadType.MASKED_LM: AutoModelForMaskedLM,
+}
+
+
+def head_kwargs(spec: TaskSpec, head: HeadType) -> dict[str, Any]:
+    if head in (HeadType.CLASSIFICATION, HeadType.REGRESSION):
+        labels = spec.label_names if head is HeadType.CLASSIFICATION else ("score",)
+        return {
+            "num_labels": spec.num_labels,
+            "id2label": dict(enumerate(labels)),
+            "label2id": {name: i for i, name in enumerate(labels)},
+            "problem_type": "regression" if head is HeadType.REGRESSION else "single_label_classification",
+        }
+    return {}
+
+
+def load_model(name: str, head: HeadType, spec: TaskSpec, *, trust_remote_code: bool, role: str) -> PreTrainedModel:
+    kwargs = head_kwargs(spec, head) if role == "student" else {}
+    try:
+        model = HEAD_CLASSES[head].from_pretrained(name, trust_remote_code=trust_remote_code, **kwargs)
+    except SafetensorError as error:
+        raise CheckpointError(f"{role} checkpoint {name!r} is corrupted or truncated ({error}); "
+                              "re-create or re-download it") from None
+    except (OSError, ValueError) as error:  # ValueError: unknown architecture, remote code refused, ...
+        hint = ("; it ships its own Python code, which kdbench does not run unless you review it and pass "
+                "trust_remote_code=true" if "trust_remote_code" in str(error) else "")
+        raise ConfigError(f"{role} {name!r} cannot be loaded: {str(error).splitlines()[0]}{hint}") from None
+    return model
+
+
+def teacher_label_order(teacher: PreTrainedModel, spec: TaskSpec) -> list[int] | None:
+    """Index permutation putting the teacher's logits in the task's label order (by label NAME).
+
+    ``None`` when the orders already agree. A teacher whose labels are not the task's is an error:
+    distilling logits whose classes mean something else would silently produce garbage.
+    """
+    if spec.head is not HeadType.CLASSIFICATION:
+        return None
+    id2label = {int(k): str(v) for k, v in teacher.config.id2label.items()}
+    teacher_names = [id2label[i] for i in range(len(id2label))]
+    wanted = list(spec.label_names or ())
+    if sorted(teacher_names) != sorted(wanted):
+        raise ConfigError(
+            f"teacher labels {teacher_names} are not the labels of task {spec.name!r} {wanted}; "
+            f"fine-tune the teacher on {spec.name} first (kdbench run finetune --task {spec.name} --student MODEL)"
+        )
+    order = [teacher_names.index(name) for name in wanted]
+    return None if order == list(range(len(order))) else order
+
+
+class DistillationModule(nn.Module):
+    """What the Trainer optimises and checkpoints: the student plus the method's extra modules."""
+
+    def __init__(self, student: PreTrainedModel, extras: nn.ModuleDict):
+        super().__init__()
+        self.student = student
+        self.extras = extras
+
+    def forward(self, **inputs: Any) -> Any:
+        return self.student(**inputs)
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model",
+                   "sentencepiece.bpe.model")
+
+
+def check_student_tokenizer(student: str, source: str, tokenizer: Any, trust_remote_code: bool) -> None:
+    """A student checkpoint that ships its own tokenizer must use the run's (teacher's) vocabulary:
+    the same text must give the same ids, or the student's embeddings read the wrong tokens.
+    Checked for local folders that hold tokenizer files (a Hub id is not fetched just for this)."""
+    folder = Path(student)
+    if not folder.is_dir() or not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return
+    try:
+        own = AutoTokenizer.from_pretrained(student, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError):  # no tokenizer of its own: it is trained with the run's
+        return
+    ours, theirs = tokenizer.get_vocab(), own.get_vocab()
+    if ours == theirs:
+        return
+    differing = sorted({token for token in ours.keys() | theirs.keys() if ours.get(token) != theirs.get(token)},
+                       key=lambda token: min(ours.get(token, 1 << 30), theirs.get(token, 1 << 30)))[:3]
+    examples = ", ".join(f"{token!r}: {source} id {ours.get(token)}, student id {theirs.get(token)}"
+                         for token in differing)
+    raise ConfigError(f"student {student!r} has a different tokenizer than {source!r} ({len(theirs)} vs "
+                      f"{len(ours)} tokens; e.g. {examples}); teacher and student must share one vocabulary")
+
+
+def build_student(plan: RunPlan, teacher: PreTrainedModel | None, tokenizer: Any) -> PreTrainedModel:
+    config, spec = plan.config, plan.task.spec
+    head_class = HEAD_CLASSES[spec.head]
+    if plan.preset is None:
+        if config.student_init == "teacher":
+            raise ConfigError("student_init=teacher copies teacher layers into a preset shape; "
+                              f"{config.student!r} is a checkpoint (use student_init=auto or pretrained)")
+        student = load_model(config.student, spec.head, spec, trust_remote_code=config.trust_remote_code, role="student")
+    else:
+        model_config = plan.preset.build_config(teacher.config if teacher is not None else None)
+        for key, value in head_kwargs(spec, spec.head).items():
+            setattr(model_config, key, value)
+        model_config._attn_implementation = "sdpa"
+        student = head_class.from_config(model_config)
+        init = config.student_init
+        if init == "auto":
+            init = plan.method.default_student_init if teacher is not None else "random"
+        if init == "teacher":
+            if teacher is None:
+                raise ConfigError("student_init=teacher needs --teacher")
+            choice = config.student_layers if config.student_layers != "auto" else plan.method.default_student_layers
+            layers = resolve_teacher_layers(choice, teacher.config.num_hidden_layers, model_config.num_hidden_layers)
+            copy_teacher_weights(student, teacher, layers)
+            log.info("student initialised from teacher layers %s", layers)
+    vocab = len(tokenizer)
+    if student.config.vocab_size < vocab:
+        raise ConfigError(f"student vocabulary ({student.config.vocab_size}) is smaller than the tokenizer's ({vocab})")
+    if teacher is not None and teacher.config.vocab_size != student.config.vocab_size:
+        raise ConfigError(f"teacher and student vocabularies differ ({teacher.config.vocab_size} vs "
+                          f"{student.config.vocab_size}): distillation needs one tokenizer for both")
+    return student
+
+
+def training_device() -> torch.device:
+    """This process's device: its own GPU (``LOCAL_RANK``) in a multi-GPU job, else the GPU or CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")

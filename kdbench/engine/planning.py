@@ -1,0 +1,66 @@
+"""Planning a run: resolve names and parameters and check everything that is cheap to check,
+before any model is loaded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from kdbench.config import ConfigError, RunConfig
+from kdbench.method import Method
+from kdbench.plugins import METHODS, STUDENTS, TASKS
+from kdbench.students import StudentPreset
+from kdbench.task import Task
+
+
+@dataclass
+class RunPlan:
+    config: RunConfig  # resolved: canonical names, typed method parameters
+    method: Method
+    task: Task
+    preset: StudentPreset | None
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.config.output) / f"{self.config.method}-{self.config.task}-{self.config.config_hash()}"
+
+
+def plan_run(config: RunConfig) -> RunPlan:
+    """Resolve names and parameters; raise ConfigError naming any bad value. Loads no model."""
+    method_cls: type[Method] = METHODS.get(config.method)
+    method = method_cls.from_overrides(config.method_params)
+    task: Task = TASKS.get(config.task)
+    if method_cls.requires_teacher and not config.teacher:
+        raise ConfigError(f"method {method_cls.name!r} needs a teacher: give --teacher MODEL")
+    preset = STUDENTS.get(config.student) if config.student in STUDENTS else None
+    if preset is None and not _looks_like_model(config.student):
+        STUDENTS.get(config.student)  # raises "unknown student preset ... did you mean"
+    if preset is not None and preset.from_teacher and not config.teacher:
+        raise ConfigError(f"student preset {preset.name!r} is derived from the teacher: give --teacher MODEL")
+    if preset is not None and config.student_init == "pretrained":
+        raise ConfigError(f"student_init=pretrained needs a checkpoint, but {config.student!r} is a shape preset")
+    if config.teacher and Path(config.teacher).exists() and not (Path(config.teacher) / "config.json").is_file():
+        raise ConfigError(f"teacher folder {config.teacher!r} has no config.json (not a Hugging Face model folder)")
+    resolved = replace(
+        config,
+        method=method_cls.name,
+        task=task.spec.name,
+        method_params=method.params_dict(),
+    )
+    return RunPlan(resolved, method, task, preset)
+
+
+def check_model_paths_exist(config: RunConfig) -> None:
+    """Raise ConfigError for a student, teacher or tokenizer written as a path that does not exist.
+
+    Not part of :func:`plan_run`: a sweep plans its dependent runs before the runs that produce
+    their models exist. A name written as a path (absolute, ``./``, ``../``, ``~``) is never a Hub id.
+    """
+    for role, source in (("student", config.student), ("teacher", config.teacher), ("tokenizer", config.tokenizer)):
+        if source and source.startswith(("/", "./", "../", "~")) and not Path(source).expanduser().exists():
+            raise ConfigError(f"{role} folder {source!r} does not exist")
+
+
+def _looks_like_model(name: str) -> bool:
+    """A folder, or something shaped like a Hub id (``org/name`` or a bare known model name)."""
+    return Path(name).exists() or "/" in name or name.startswith(("bert-", "distilbert-", "roberta-"))

@@ -1,0 +1,204 @@
+"""Running an experiment: the run folder, its lock and record, and the stages in order.
+
+A run's folder is keyed by the hash of its resolved config: running the same config again finds
+the completed record and trains nothing; running it after a crash resumes from the last
+checkpoint of the unfinished stage.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from transformers import DataCollatorWithPadding, PreTrainedModel, TrainerCallback
+
+from kdbench.cache import TeacherCacheSession
+from kdbench.config import ConfigError, RunConfig, save_config
+from kdbench.engine.checkpoints import last_complete_checkpoint, load_module, save_module
+from kdbench.engine.evaluation import evaluate_student
+from kdbench.engine.models import DistillationModule, training_device
+from kdbench.engine.planning import RunPlan, check_model_paths_exist, plan_run
+from kdbench.engine.setup import prepare_run
+from kdbench.engine.trainer import DistillationTrainer, ResumeLogger, training_arguments
+from kdbench.errors import TrainingOutOfMemoryError, is_out_of_memory
+from kdbench.method import Stage
+from kdbench.records import (RESULT_FILE, SCHEMA_VERSION, library_versions, read_record, run_lock,
+                             write_json_atomic)
+from kdbench.students import count_parameters
+from kdbench.task import EncodedSplit, Task
+
+log = logging.getLogger("kdbench")
+
+
+STAGE_DONE = "stage_done.json"
+
+
+@dataclass
+class StageResult:
+    name: str
+    steps: int
+    seconds: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    resumed_from: str | None = None
+    skipped: bool = False
+    final_loss_terms: dict[str, float] = field(default_factory=dict)  # per-term means, last logged window
+
+
+def run_experiment(config: RunConfig, callbacks: Sequence[TrainerCallback] = ()) -> Path:
+    """Run (or resume, or skip) one experiment; returns its run folder.
+
+    ``callbacks`` are added to every stage's Trainer (e.g. Optuna pruning, graceful preemption).
+
+    Writes ``result.json`` with status ``completed``, or ``failed`` with the error, and re-raises
+    on failure.
+    """
+    plan = plan_run(config)
+    check_model_paths_exist(config)
+    if not is_main_process():  # the other ranks of a multi-GPU job train alongside rank 0 and write nothing
+        return _run_planned(plan, callbacks)
+    with run_lock(plan.run_dir):  # one writer per run folder, released by the kernel if killed
+        return _run_planned(plan, callbacks)
+
+
+def is_main_process() -> bool:
+    """True for a plain process and for rank 0 of a ``torch.distributed`` job: the one that writes
+    the run folder (config, checkpoints' summaries, the final model, the record)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback]) -> Path:
+    run_dir = plan.run_dir
+    record_path = run_dir / RESULT_FILE
+    if record_path.is_file():
+        previous = read_record(record_path)
+        if previous["status"] == "completed":
+            log.info("run %s already completed; nothing to do", run_dir)
+            return run_dir
+    writer = is_main_process()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if writer:
+        save_config(plan.config, run_dir / "config.yaml")
+    started = time.perf_counter()
+    record: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "method": plan.config.method,
+        "task": plan.config.task,
+        "teacher": plan.config.teacher,
+        "student": plan.config.student,
+        "label": plan.config.label,
+        "config": plan.config.to_dict(),
+        "seed": plan.config.train.seed,
+        "versions": library_versions(),
+        "run_dir": str(run_dir),
+        "metrics": {},
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    try:
+        outcome = _execute(plan, run_dir, callbacks)
+        record.update(outcome, status="completed", error=None)
+    except BaseException as error:
+        record.update(status="failed", error=f"{type(error).__name__}: {error}",
+                      traceback=traceback.format_exc(limit=20), train_seconds=round(time.perf_counter() - started, 2))
+        if writer:
+            write_json_atomic(record_path, record)
+        raise
+    record["train_seconds"] = round(time.perf_counter() - started, 2)
+    if writer:
+        write_json_atomic(record_path, record)
+    return run_dir
+
+
+def _execute(plan: RunPlan, run_dir: Path, callbacks: Sequence[TrainerCallback] = ()) -> dict[str, Any]:
+    config, task = plan.config, plan.task
+    prepared = prepare_run(plan, training_device())
+    data, teacher, distillation = prepared.data, prepared.teacher, prepared.distillation
+    student = distillation.module.student
+    stage_results = []
+    for index, stage in enumerate(distillation.stages):
+        stage_results.append(_run_stage(index, stage, distillation.module, teacher, distillation.teacher_order, task,
+                                        prepared.train_dataset, data.eval_splits, data.tokenizer, config, run_dir,
+                                        callbacks, prepared.teacher_cache))
+
+    eval_splits = data.eval_splits
+    metrics = evaluate_student(student, task, eval_splits, data.tokenizer, config.train.eval_batch_size) if eval_splits else {}
+    model_dir = run_dir / "model"
+    if is_main_process():
+        student.save_pretrained(model_dir)
+        data.tokenizer.save_pretrained(model_dir)
+    return {
+        "metrics": metrics,
+        "student_params": count_parameters(student),
+        "teacher_params": count_parameters(teacher) if teacher is not None else None,
+        "stages": [stage.__dict__ for stage in stage_results],
+        "data": {"train_rows": len(data.train_split), "train_skipped_rows": data.train_split.skipped_rows,
+                 **{f"{s.name}_rows": len(s) for s in eval_splits},
+                 **{f"{s.name}_skipped_rows": s.skipped_rows for s in eval_splits}},
+        "model_dir": str(model_dir),
+        "teacher_cache": prepared.teacher_cache.summary() if prepared.teacher_cache is not None else None,
+    }
+
+
+def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: PreTrainedModel | None,
+               teacher_order: list[int] | None, task: Task, train_dataset: Any, eval_splits: list[EncodedSplit],
+               tokenizer: Any, config: RunConfig, run_dir: Path,
+               callbacks: Sequence[TrainerCallback] = (),
+               teacher_cache: TeacherCacheSession | None = None) -> StageResult:
+    folder = run_dir / "stages" / f"{index}-{stage.name}"
+    done = folder / STAGE_DONE
+    if done.is_file():
+        load_module(module, folder / "final")
+        summary = json.loads(done.read_text())
+        print(f"[kdbench] stage {stage.name} already finished; loaded its final weights", flush=True)
+        return StageResult(**{**summary, "skipped": True})
+    if stage.uses_teacher and teacher is None:
+        raise ConfigError(f"stage {stage.name!r} needs a teacher")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    print(f"[kdbench] stage {index}: {stage.name} (lr {stage.lr or config.train.lr}, "
+          f"epochs {stage.epochs or config.train.epochs}"
+          f"{f', {world} processes' if world > 1 else ''})", flush=True)
+    checkpoint = last_complete_checkpoint(folder)
+    args = training_arguments(config, stage, folder, task.spec.main_metric, has_eval=bool(eval_splits))
+    trainer = DistillationTrainer(
+        model=module,
+        args=args,
+        train_dataset=train_dataset,
+        # Trainer insists on an eval dataset when it evaluates; our evaluate() scores eval_splits itself.
+        eval_dataset=eval_splits[0].features if eval_splits else None,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        processing_class=tokenizer,
+        callbacks=[ResumeLogger(checkpoint), *callbacks],
+        stage=stage,
+        teacher=teacher,
+        teacher_order=teacher_order,
+        task=task,
+        eval_splits=eval_splits,
+        eval_tokenizer=tokenizer,
+        cached_teacher=teacher_cache.for_stage(stage) if teacher_cache is not None and stage.uses_teacher else None,
+    )
+    started = time.perf_counter()
+    try:
+        trainer.train(resume_from_checkpoint=checkpoint)
+    except (RuntimeError, MemoryError) as error:
+        if not is_out_of_memory(error):
+            raise
+        raise TrainingOutOfMemoryError(stage.name, config.train.batch_size, config.train.grad_accum,
+                                       str(next(module.parameters()).device), str(error).splitlines()[0]) from error
+    finally:
+        trainer.release()
+    seconds = time.perf_counter() - started
+    metrics = {}
+    if trainer.state.best_metric is not None:
+        metrics[args.metric_for_best_model] = trainer.state.best_metric
+    result = StageResult(stage.name, trainer.state.global_step, round(seconds, 2), metrics, checkpoint,
+                         final_loss_terms={name: round(value, 6) for name, value in trainer.last_loss_terms.items()})
+    if is_main_process():
+        save_module(module, folder / "final", tokenizer)
+        write_json_atomic(done, result.__dict__)
+    return result

@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from kdbench.fingerprint import canonical_path, is_path_like
+
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field and the bad value."""
@@ -135,6 +137,8 @@ class RunConfig:
         return data
 
     def config_hash(self) -> str:
+        """Hash of the config alone; a run's folder also covers its inputs' content
+        (:attr:`kdbench.engine.RunPlan.identity`)."""
         canonical = json.dumps(self.identity(), sort_keys=True, default=str)
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
@@ -231,8 +235,31 @@ def build_run_config(values: dict[str, Any]) -> RunConfig:
         if not top.get(required):
             raise ConfigError(f"{required}: missing (give it on the command line or in the YAML file)")
     train = from_mapping(TrainConfig, sections["train"], where="train")
-    data = from_mapping(DataConfig, sections["data"], where="data")
+    data = canonical_data_paths(from_mapping(DataConfig, sections["data"], where="data"))
+    for role in MODEL_KEYS:
+        if isinstance(top.get(role), str) and is_path_like(top[role]):
+            top[role] = canonical_path(top[role])
+    if isinstance(top.get("output"), str):
+        top["output"] = canonical_path(top["output"])
     return from_mapping(RunConfig, {**top, "train": train, "data": data, "method_params": method_params}, where="")
+
+
+MODEL_KEYS = ("teacher", "student", "tokenizer")
+HUB_SOURCE_PREFIX = "hub:"
+
+
+def canonical_data_paths(data: DataConfig) -> DataConfig:
+    """Every data path absolute and canonical, and the data directory resolved (``--data-dir``, else
+    ``$KDBENCH_DATA_DIR``), so that a run's config names exactly what it reads, however it was spelled."""
+    changes: dict[str, Any] = {}
+    resolved = data.resolved_data_dir()
+    if resolved is not None:
+        changes["data_dir"] = canonical_path(str(resolved))
+    for name in ("train_file", "dev_file", "corpus"):
+        value = getattr(data, name)
+        if value and not value.startswith(HUB_SOURCE_PREFIX):
+            changes[name] = canonical_path(value)
+    return dataclasses.replace(data, **changes)
 
 
 def from_mapping(cls: type, values: dict[str, Any], *, where: str) -> Any:

@@ -4,9 +4,11 @@ Schema (``SCHEMA_VERSION`` 1): ``schema_version``, ``method``, ``task``, ``teach
 ``label``, ``config`` (the full resolved config), ``metrics`` (dev metrics by name, 0-100 scale),
 ``student_params``, ``teacher_params``, ``train_seconds``, ``status`` (``completed`` | ``failed``),
 ``error``, ``seed``, ``versions`` (library versions), ``run_dir``, ``stages`` (per-stage summary),
-``data`` (rows used and rows skipped per split), ``created_at``.
+``data`` (rows used and rows skipped per split), ``created_at``, ``inputs`` (content fingerprints of
+the data files and models the run read: :mod:`kdbench.fingerprint`), ``kdbench_revision`` (the git
+commit of the kdbench source, and whether it had uncommitted changes).
 
-Concurrency: there is no shared result store; each run owns its folder (keyed by its config hash)
+Concurrency: there is no shared result store; each run owns its folder (keyed by its config and input hash)
 and its ``result.json``. Two processes given the same cell (a duplicated sweep entry, a resume
 started while the first attempt still runs) are kept apart by :func:`run_lock`, an exclusive
 ``flock`` on ``RUN_LOCK_FILE`` that the kernel releases when its holder dies (even by kill -9).
@@ -114,6 +116,23 @@ def library_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             versions[package] = "not installed"
     return versions
+
+
+def kdbench_revision() -> dict[str, Any]:
+    """The kdbench source a run was produced by: the git commit of a source checkout (and whether
+    it had uncommitted changes), else the installed version only."""
+    import subprocess
+
+    source = Path(__file__).resolve().parent.parent
+    revision: dict[str, Any] = {"commit": None, "dirty": None}
+    try:
+        commit = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return revision
+    return {"commit": commit, "dirty": bool(status.strip())}
 
 
 def migrate(record: dict[str, Any], source: str) -> dict[str, Any]:

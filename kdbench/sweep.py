@@ -4,7 +4,7 @@ The spec format is documented in ``results/sweeps/README.md``. In short: ``defau
 everything), ``stages`` (shared dependencies, each run once per distinct resolved config),
 ``grid`` (methods × tasks × seeds × override variants) and optional explicit ``cells``. ``${task}``,
 ``${seed}``, ``${STAGE}`` (the stage's ``model/`` folder) and ``${STAGE.run_dir}`` are resolved
-before anything is submitted, so every run's folder (keyed by its config hash) is known up front.
+before anything is submitted, so every run's folder (keyed by its config and input hash) is known up front.
 
 Runs are grouped by dependency level; each level is submitted as one job batch (a Slurm job array
 capped by the profile's ``array_parallelism``) and waited for before the next. A run whose

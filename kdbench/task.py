@@ -83,6 +83,12 @@ class Task:
         ``metadata["submission_file"]``). Optional: tasks without public test inputs leave it out."""
         raise NotImplementedError(f"task {self.spec.name!r} has no test split to predict")
 
+    def data_sources(self, run: Any) -> list[Path | str]:
+        """Where the training and dev splits of ``run`` are read from: file paths, or descriptors
+        (text) of Hub datasets. Their fingerprints enter the run's identity, so a changed file makes
+        a new run. Adapters that read files must list every one of them."""
+        return []
+
     def score(self, split: EncodedSplit, outputs: dict[str, np.ndarray]) -> dict[str, float]:
         """Official metrics from model outputs (``logits`` or ``start_logits``/``end_logits``).
 

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kdbench.config import ConfigError
+from kdbench.config import HUB_SOURCE_PREFIX, ConfigError
 from kdbench.errors import DataError
 from kdbench.task import EncodedSplit, HeadType, Task, TaskSpec
 
-HUB_PREFIX = "hub:"
+HUB_PREFIX = HUB_SOURCE_PREFIX
 NO_METRIC = "none"
 
 
@@ -152,6 +152,12 @@ class CorpusTask(Task):
 
     def encode_eval(self, tokenizer: Any, run: Any) -> list[EncodedSplit]:
         return []
+
+    def data_sources(self, run: Any) -> list[Path | str]:
+        source = run.data.corpus
+        if not source:
+            return []
+        return [source if source.startswith(HUB_PREFIX) else Path(source).expanduser()]
 
     def score(self, split: EncodedSplit, outputs: Mapping[str, Any]) -> dict[str, float]:
         return {}

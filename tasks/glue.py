@@ -394,20 +394,38 @@ class GlueTask(Task):
             raise DataError(f"{source}: no rows")
         return rows
 
-    def load_rows(self, split: str, run: Any) -> _Rows:
-        """Rows of ``train``, a dev split (``dev``, ``dev_matched``, ``dev_mismatched``) or a test split."""
+    def split_file(self, split: str, run: Any) -> tuple[Path | None, bool]:
+        """``(file, explicit)``: the file ``split`` is read from and whether the run named it
+        (``train_file``/``dev_file``) rather than the data-dir layout; ``None`` for the Hub."""
         data = run.data
-        glue_file = self._glue_file(split)
-        with_labels = not split.startswith("test")
         explicit = data.train_file if split == "train" else data.dev_file if split.startswith("dev") else None
         if explicit:
-            return self.read_file(Path(explicit).expanduser(), glue_file, with_labels, data.on_bad_row)
+            return Path(explicit).expanduser(), True
         data_dir = data.resolved_data_dir()
-        if data_dir is not None:
-            if glue_file is None:
-                raise DataError(f"task {self.glue.name!r} has no {split} split")
-            return self.read_glue_file(self._file(data_dir, glue_file), glue_file, data.on_bad_row)
-        return self.read_hub(split, with_labels)
+        if data_dir is None:
+            return None, False
+        glue_file = self._glue_file(split)
+        if glue_file is None:
+            raise DataError(f"task {self.glue.name!r} has no {split} split")
+        return self._file(data_dir, glue_file), False
+
+    def load_rows(self, split: str, run: Any) -> _Rows:
+        """Rows of ``train``, a dev split (``dev``, ``dev_matched``, ``dev_mismatched``) or a test split."""
+        glue_file = self._glue_file(split)
+        with_labels = not split.startswith("test")
+        path, explicit = self.split_file(split, run)
+        if path is None:
+            return self.read_hub(split, with_labels)
+        if explicit:
+            return self.read_file(path, glue_file, with_labels, run.data.on_bad_row)
+        return self.read_glue_file(path, glue_file, run.data.on_bad_row)
+
+    def data_sources(self, run: Any) -> list[Path | str]:
+        sources: list[Path | str] = []
+        for split in ("train", *(name for name, _ in self.eval_splits(run))):
+            path, _ = self.split_file(split, run)
+            sources.append(path if path is not None else f"hub:glue/{self.glue.hub_name}/{split}")
+        return sources
 
     def _glue_file(self, split: str) -> GlueFile | None:
         if split == "train":

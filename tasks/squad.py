@@ -433,18 +433,24 @@ class SquadTask(Task):
         raise DataError(f"{self.squad.name}: no {split} file under data dir {str(root)!r} (looked for {tried}); "
                         f"give {'train_file' if split == 'train' else 'dev_file'}=PATH")
 
-    def load(self, split: str, run: Any) -> SquadData:
-        """Validated examples of ``train`` or ``dev``."""
+    def split_file(self, split: str, run: Any) -> Path | None:
+        """The JSON file ``split`` (``train`` or ``dev``) is read from; ``None`` for the Hub."""
         data = run.data
         explicit = data.train_file if split == "train" else data.dev_file
-        training = split == "train"
         if explicit:
-            return read_squad_json(explicit, self.squad, data.on_bad_row, require_answers=training)
+            return Path(explicit).expanduser()
         data_dir = data.resolved_data_dir()
-        if data_dir is not None:
-            return read_squad_json(self.find_file(data_dir, split), self.squad, data.on_bad_row,
-                                   require_answers=training)
-        return read_squad_hub(self.squad, split)
+        return self.find_file(data_dir, split) if data_dir is not None else None
+
+    def data_sources(self, run: Any) -> list[Path | str]:
+        return [self.split_file(split, run) or f"hub:{self.squad.name}/{split}" for split in ("train", "dev")]
+
+    def load(self, split: str, run: Any) -> SquadData:
+        """Validated examples of ``train`` or ``dev``."""
+        path = self.split_file(split, run)
+        if path is None:
+            return read_squad_hub(self.squad, split)
+        return read_squad_json(path, self.squad, run.data.on_bad_row, require_answers=split == "train")
 
     # -- encoding ------------------------------------------------------------------------------
     def encode_train(self, tokenizer: Any, run: Any) -> EncodedSplit:

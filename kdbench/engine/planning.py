@@ -3,10 +3,12 @@ before any model is loaded."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from kdbench.config import ConfigError, RunConfig
+from kdbench.fingerprint import data_fingerprint, identity_hash, model_fingerprint
 from kdbench.method import Method
 from kdbench.plugins import METHODS, STUDENTS, TASKS
 from kdbench.students import StudentPreset
@@ -20,9 +22,26 @@ class RunPlan:
     task: Task
     preset: StudentPreset | None
 
+    inputs: dict[str, Any] = field(default_factory=dict)  # fingerprints of the data and models it reads
+
+    @property
+    def identity(self) -> str:
+        """The run's identity: its resolved config and the content of every input it reads."""
+        return identity_hash(self.config.identity(), self.inputs)
+
     @property
     def run_dir(self) -> Path:
-        return Path(self.config.output) / f"{self.config.method}-{self.config.task}-{self.config.config_hash()}"
+        return Path(self.config.output) / f"{self.config.method}-{self.config.task}-{self.identity}"
+
+
+def input_fingerprints(config: RunConfig, task: Task, preset: StudentPreset | None) -> dict[str, Any]:
+    """Fingerprints of the models and data files ``config`` reads (see :mod:`kdbench.fingerprint`)."""
+    models = {"teacher": config.teacher, "student": None if preset is not None else config.student,
+              "tokenizer": config.tokenizer}
+    return {
+        **{role: model_fingerprint(name) for role, name in models.items() if name},
+        "data": [data_fingerprint(source) for source in task.data_sources(config)],
+    }
 
 
 def plan_run(config: RunConfig) -> RunPlan:
@@ -47,7 +66,7 @@ def plan_run(config: RunConfig) -> RunPlan:
         task=task.spec.name,
         method_params=method.params_dict(),
     )
-    return RunPlan(resolved, method, task, preset)
+    return RunPlan(resolved, method, task, preset, input_fingerprints(resolved, task, preset))
 
 
 def check_model_paths_exist(config: RunConfig) -> None:

@@ -1,6 +1,7 @@
 """Running an experiment: the run folder, its lock and record, and the stages in order.
 
-A run's folder is keyed by the hash of its resolved config: running the same config again finds
+A run's folder is keyed by the hash of its resolved config and of its inputs' content
+(:mod:`kdbench.fingerprint`): running the same config on the same inputs again finds
 the completed record and trains nothing; running it after a crash resumes from the last
 checkpoint of the unfinished stage.
 """
@@ -29,8 +30,8 @@ from kdbench.engine.setup import prepare_run
 from kdbench.engine.trainer import DistillationTrainer, ResumeLogger, training_arguments
 from kdbench.errors import TrainingOutOfMemoryError, is_out_of_memory
 from kdbench.method import Stage
-from kdbench.records import (RESULT_FILE, SCHEMA_VERSION, library_versions, read_record, run_lock,
-                             write_json_atomic)
+from kdbench.records import (RESULT_FILE, SCHEMA_VERSION, kdbench_revision, library_versions, read_record,
+                             run_lock, write_json_atomic)
 from kdbench.students import count_parameters
 from kdbench.task import EncodedSplit, Task
 
@@ -96,6 +97,8 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback]) -> Path:
         "config": plan.config.to_dict(),
         "seed": plan.config.train.seed,
         "versions": library_versions(),
+        "kdbench_revision": kdbench_revision(),
+        "inputs": plan.inputs,
         "run_dir": str(run_dir),
         "metrics": {},
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

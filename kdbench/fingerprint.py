@@ -1,0 +1,124 @@
+"""Content fingerprints of a run's inputs: the data files it reads and the models it loads.
+
+A run's folder is named by a hash of its resolved config *and* of these fingerprints, so a run is
+identified by what it reads, not by how its paths are spelled:
+
+- a data file by its size and SHA-256 (cached by path, size and modification time, so an unchanged
+  file is hashed once; a rewritten file, e.g. by ``kdbench augment``, is hashed again);
+- a local model folder by the SHA-256 of its weights, config and tokenizer files;
+- the ``model/`` folder of a kdbench run by that run's folder name, which is itself such a hash
+  (so a sweep can name the folder of a cell whose teacher is not trained yet);
+- a Hub id or a student preset by its name (a Hub revision is not resolved offline).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# A kdbench run folder: "<method>-<task>-<12 hex digits of the identity hash>".
+RUN_FOLDER = re.compile(r"^[a-z0-9][a-z0-9_.-]*-[0-9a-f]{12}$")
+RUN_MODEL_FOLDER = "model"
+MODEL_FILE_SUFFIXES = (".safetensors", ".bin", ".json", ".txt", ".model")
+FINGERPRINT_CACHE_ENV = "KDBENCH_CACHE_DIR"
+_CHUNK = 1 << 20
+
+
+def fingerprint_cache_dir() -> Path:
+    root = os.environ.get(FINGERPRINT_CACHE_ENV)
+    return (Path(root).expanduser() if root else Path("~/.cache/kdbench").expanduser()) / "fingerprints"
+
+
+@dataclass(frozen=True)
+class FileDigest:
+    path: str
+    size: int
+    sha256: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "sha256": self.sha256}
+
+
+def file_digest(path: Path | str) -> FileDigest:
+    """Size and SHA-256 of a file, cached on disk by (absolute path, size, mtime)."""
+    path = Path(path).expanduser().resolve()
+    stat = path.stat()
+    key = hashlib.sha256(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:32]
+    cache_file = fingerprint_cache_dir() / f"{key}.json"
+    try:
+        cached = json.loads(cache_file.read_text())
+        return FileDigest(str(path), stat.st_size, cached["sha256"])
+    except (OSError, ValueError, KeyError):
+        pass
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    result = FileDigest(str(path), stat.st_size, digest.hexdigest())
+    try:  # best effort: a read-only cache only costs a re-hash next time
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_name(f".{cache_file.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"path": str(path), "sha256": result.sha256}))
+        os.replace(tmp, cache_file)
+    except OSError:
+        pass
+    return result
+
+
+def is_path_like(name: str) -> bool:
+    """A name written as a path (absolute, ``./``, ``../``, ``~``) or an existing file/folder."""
+    return name.startswith(("/", "./", "../", "~")) or Path(name).expanduser().exists()
+
+
+def canonical_path(name: str) -> str:
+    """Absolute, symlinks resolved, no trailing slash: one spelling per file or folder."""
+    return str(Path(name).expanduser().resolve())
+
+
+def kdbench_run_of(folder: Path) -> str | None:
+    """The run folder's name if ``folder`` is the ``model/`` folder of a kdbench run (existing or not)."""
+    if folder.name == RUN_MODEL_FOLDER and RUN_FOLDER.match(folder.parent.name):
+        return folder.parent.name
+    return None
+
+
+def model_fingerprint(name: str | None) -> dict[str, Any] | None:
+    """What identifies a model: its kdbench run, the digest of its files, or its Hub/preset name."""
+    if not name:
+        return None
+    if not is_path_like(name):
+        return {"name": name}
+    folder = Path(canonical_path(name))
+    run = kdbench_run_of(folder)
+    if run is not None:
+        return {"kdbench_run": run}
+    if not folder.exists():
+        return {"path": str(folder), "missing": True}
+    if folder.is_file():
+        return {"sha256": file_digest(folder).sha256}
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in MODEL_FILE_SUFFIXES)
+    combined = hashlib.sha256()
+    for path in files:
+        combined.update(f"{path.name}\0{file_digest(path).sha256}\n".encode())
+    return {"sha256": combined.hexdigest(), "files": len(files)}
+
+
+def data_fingerprint(source: Path | str) -> dict[str, Any]:
+    """A data source: a file's size and digest, or a Hub dataset's descriptor as given."""
+    if isinstance(source, str):
+        return {"source": source}
+    path = Path(source).expanduser()
+    if not path.is_file():
+        return {"path": canonical_path(str(path)), "missing": True}
+    return file_digest(path).as_dict()
+
+
+def identity_hash(identity: dict[str, Any], inputs: dict[str, Any]) -> str:
+    """The 12-hex-digit run identity of a resolved config and its input fingerprints."""
+    canonical = json.dumps({"config": identity, "inputs": inputs}, sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]

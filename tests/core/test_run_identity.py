@@ -1,0 +1,160 @@
+"""A run's identity is its content, not its spelling (issue: trustworthy numbers, §1).
+
+Each case reproduces what a user saw go wrong, on real files: a changed data directory, a training
+file rewritten by ``kdbench augment``, one teacher folder written three ways, a teacher retrained in
+place, and relative paths stored where they break from another folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+from kdbench.cli import main
+from kdbench.config import build_run_config, load_yaml
+from kdbench.engine import plan_run
+from kdbench.fingerprint import file_digest
+from tiny_models import TINY_RUN
+
+FAST = [f"{key}={value}" for key, value in {**TINY_RUN, "max_steps": 2, "eval_steps": 2}.items()]
+
+
+def _sst2_copy(root: Path, rows: int, offset: int = 0) -> Path:
+    """A data dir with the real SST-2 files cut to ``rows`` training rows (starting at ``offset``)."""
+    source = Path(os.environ.get("KDBENCH_DATA_DIR", "")) / "glue_data" / "SST-2"
+    target = root / "glue_data" / "SST-2"
+    target.mkdir(parents=True)
+    lines = (source / "train.tsv").read_text(encoding="utf-8").splitlines()
+    (target / "train.tsv").write_text("\n".join([lines[0], *lines[1 + offset:1 + offset + rows]]) + "\n")
+    shutil.copy(source / "dev.tsv", target / "dev.tsv")
+    return root
+
+
+def _run(args: list[str], capsys) -> tuple[Path, dict]:
+    assert main(args) == 0
+    run_dir = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    return run_dir, json.loads((run_dir / "result.json").read_text())
+
+
+def test_changed_data_dir_makes_a_new_run_and_is_recorded(tiny_teacher, shared_data, tmp_path, monkeypatch, capsys):
+    first = _sst2_copy(tmp_path / "data-a", rows=40)
+    second = _sst2_copy(tmp_path / "data-b", rows=40, offset=500)
+    base = ["run", "finetune", "--task", "sst2", "--student", str(tiny_teacher), "--output", str(tmp_path / "runs"),
+            *FAST]
+    monkeypatch.setenv("KDBENCH_DATA_DIR", str(first))
+    run_a, record_a = _run(base, capsys)
+    monkeypatch.setenv("KDBENCH_DATA_DIR", str(second))
+    run_b, record_b = _run(base, capsys)
+    assert run_a != run_b  # the second data set trains a new run instead of returning the old score
+    assert record_a["config"]["data"]["data_dir"] == str(first.resolve())
+    assert record_b["config"]["data"]["data_dir"] == str(second.resolve())
+    train_a = next(d for d in record_a["inputs"]["data"] if d["path"].endswith("train.tsv"))
+    assert train_a == file_digest(first / "glue_data" / "SST-2" / "train.tsv").as_dict()
+    assert train_a["size"] == (first / "glue_data" / "SST-2" / "train.tsv").stat().st_size
+    # The same data dir given on the command line instead of the environment is the same run.
+    monkeypatch.delenv("KDBENCH_DATA_DIR")
+    run_again, _ = _run([*base, "--data-dir", str(first)], capsys)
+    assert run_again == run_a
+
+
+def test_a_reaugmented_train_file_makes_a_new_run(tiny_teacher, shared_data, minilm_path, tmp_path):
+    from kdbench.augment_cli import augment_task_file
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    torch.manual_seed(0)
+    mlm_dir = tmp_path / "mlm"
+    BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                               intermediate_size=37, max_position_embeddings=128)).save_pretrained(mlm_dir)
+    tokenizer.save_pretrained(mlm_dir)
+    glove = tmp_path / "glove.txt"
+    rng = np.random.default_rng(0)
+    glove.write_text("".join(f"{w} {' '.join(f'{x:.3f}' for x in rng.normal(size=8))}\n"
+                             for w in ("movie", "film", "great", "bad", "story", "dull", "fun")))
+    train_file = tmp_path / "sst2_aug.tsv"
+
+    def augment(seed: int) -> None:
+        augment_task_file("sst2", mlm_model=str(mlm_dir), out=train_file, glove=str(glove),
+                          data_dir=str(shared_data), max_samples=4, n_aug=3, top_k=3, seed=seed,
+                          cache_dir=tmp_path / "cache")
+
+    values = {"method": "finetune", "task": "sst2", "student": str(tiny_teacher), "train_file": str(train_file),
+              "output": str(tmp_path / "runs"), **TINY_RUN}
+    augment(seed=1)
+    before = plan_run(build_run_config(values))
+    augment(seed=2)  # same file name, new content
+    after = plan_run(build_run_config(values))
+    assert file_digest(train_file).sha256 != before.inputs["data"][0]["sha256"]
+    assert before.run_dir != after.run_dir
+    assert after.inputs["data"][0] == file_digest(train_file).as_dict()
+    # Rewriting the same content (a new mtime) keeps the run.
+    content = train_file.read_bytes()
+    train_file.write_bytes(content)
+    assert plan_run(build_run_config(values)).run_dir == after.run_dir
+
+
+def test_one_teacher_spelled_three_ways_is_one_run(tiny_teacher, shared_data, tmp_path, monkeypatch):
+    monkeypatch.chdir(tiny_teacher.parent)
+    spellings = [str(tiny_teacher), tiny_teacher.name, f"./{tiny_teacher.name}/", f"{tiny_teacher}/"]
+    plans = [plan_run(build_run_config({"method": "kd", "task": "sst2", "teacher": teacher, "student": "teacher-1l",
+                                        "output": "runs", "data_dir": str(shared_data)}))
+             for teacher in spellings]
+    assert len({plan.run_dir for plan in plans}) == 1
+    assert {plan.config.teacher for plan in plans} == {str(tiny_teacher.resolve())}
+    assert plans[0].run_dir.is_absolute()
+
+
+def test_a_teacher_retrained_in_place_makes_a_new_run(tiny_teacher, shared_data, tmp_path):
+    teacher = tmp_path / "teacher"
+    shutil.copytree(tiny_teacher, teacher)
+    values = {"method": "kd", "task": "sst2", "teacher": str(teacher), "student": "teacher-1l",
+              "output": str(tmp_path / "runs"), "data_dir": str(shared_data)}
+    before = plan_run(build_run_config(values))
+    model = __import__("transformers").AutoModelForSequenceClassification.from_pretrained(teacher)
+    with torch.no_grad():
+        model.classifier.bias.add_(1.0)
+    model.save_pretrained(teacher)  # same folder, new weights
+    after = plan_run(build_run_config(values))
+    assert before.inputs["teacher"]["sha256"] != after.inputs["teacher"]["sha256"]
+    assert before.run_dir != after.run_dir
+
+
+def test_a_student_from_a_kdbench_run_is_identified_by_that_run(tmp_path):
+    """A sweep names the model of a cell that is not trained yet: its run folder's hash stands for it."""
+    upstream = tmp_path / "runs" / "finetune-sst2-0123456789ab" / "model"
+    plan = plan_run(build_run_config({"method": "finetune", "task": "sst2", "student": str(upstream),
+                                      "output": str(tmp_path / "runs")}))
+    assert plan.inputs["student"] == {"kdbench_run": "finetune-sst2-0123456789ab"}
+
+
+def test_stored_and_printed_paths_are_absolute(tiny_teacher, shared_data, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(tiny_teacher, tmp_path / "teacher")
+    shutil.copytree(shared_data / "glue_data" / "SST-2", tmp_path / "data" / "glue_data" / "SST-2")
+    run_dir, record = _run(["run", "kd", "--task", "sst2", "--teacher", "teacher/", "--student", "teacher-1l",
+                            "--data-dir", "data", "--output", "runs", *FAST], capsys)
+    assert run_dir.is_absolute() and run_dir.parent == (tmp_path / "runs").resolve()
+    saved = load_yaml(run_dir / "config.yaml")
+    assert saved["teacher"] == str((tmp_path / "teacher").resolve())
+    assert saved["data"]["data_dir"] == str((tmp_path / "data").resolve())
+    assert record["config"]["output"] == str((tmp_path / "runs").resolve())
+    # From another folder, the stored config still names the same inputs: the same run, not a new one.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert plan_run(build_run_config(saved)).run_dir == run_dir
+    assert record["kdbench_revision"].keys() == {"commit", "dirty"}
+
+
+@pytest.mark.parametrize("name", ["bert-base-uncased", "teacher-3l"])
+def test_hub_ids_and_presets_are_identified_by_name(name, tmp_path, monkeypatch):
+    from kdbench.fingerprint import model_fingerprint
+
+    monkeypatch.chdir(tmp_path)
+    assert model_fingerprint(name) == {"name": name}

@@ -34,6 +34,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "kdbench.sweep",
     "kdbench.tuning",
     "kdbench.bench",
+    "kdbench.reproduce",
 )
 
 

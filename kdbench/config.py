@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from kdbench.fingerprint import canonical_path, is_path_like
+from kdbench.pretrained import resolve_model_name
 
 
 class ConfigError(ValueError):
@@ -237,8 +238,10 @@ def build_run_config(values: dict[str, Any]) -> RunConfig:
     train = from_mapping(TrainConfig, sections["train"], where="train")
     data = canonical_data_paths(from_mapping(DataConfig, sections["data"], where="data"))
     for role in MODEL_KEYS:
-        if isinstance(top.get(role), str) and is_path_like(top[role]):
-            top[role] = canonical_path(top[role])
+        if isinstance(top.get(role), str):
+            top[role] = resolve_model_name(top[role])
+            if is_path_like(top[role]):
+                top[role] = canonical_path(top[role])
     if isinstance(top.get("output"), str):
         top["output"] = canonical_path(top["output"])
     return from_mapping(RunConfig, {**top, "train": train, "data": data, "method_params": method_params}, where="")

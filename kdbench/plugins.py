@@ -44,6 +44,7 @@ STUDENTS.register_lazy("tinybert-6l-768", "kdbench.students:TINYBERT_6L_768")
 STUDENTS.register_lazy("bert-6l-768", "kdbench.students:BERT_6L_768")
 STUDENTS.register_lazy("bert-4l-768", "kdbench.students:BERT_4L_768")
 STUDENTS.register_lazy("bert-3l-768", "kdbench.students:BERT_3L_768")
+STUDENTS.register_lazy("teacher-3l-192", "kdbench.students:TEACHER_3L_192")
 for _name, _attr in (("mobilebert-24l", "MOBILEBERT_24L"), ("mobilebert-tiny", "MOBILEBERT_TINY"),
                     ("ib-bert-large", "IB_BERT_LARGE"), ("mobilebert-6l-384", "MOBILEBERT_6L_384")):
     STUDENTS.register_lazy(_name, f"kdbench.students:{_attr}")

@@ -70,6 +70,13 @@ TEACHER_4L = StudentPreset("teacher-4l", "the teacher's architecture with 4 laye
 TEACHER_6L = StudentPreset("teacher-6l", "the teacher's architecture with 6 layers", {"num_hidden_layers": 6},
                            from_teacher=True)
 
+# Half the width of a 384-wide teacher (MiniLM-L6) at half its depth: the narrow student of kdbench's
+# reproduction study, where TinyBERT's projection W matters (12 heads of 16, as TinyBERT-4 keeps 12).
+TEACHER_3L_192 = StudentPreset("teacher-3l-192", "the teacher's architecture with 3 layers, hidden 192, FFN 768 "
+                               "(half a 384-wide teacher's width)",
+                               {"num_hidden_layers": 3, "hidden_size": 192, "intermediate_size": 768},
+                               from_teacher=True)
+
 
 # MobileBERT family (Sun et al., 2020, Table 1; shared/paper_tables/mobilebert_table1_model_settings.csv).
 # ``hidden_size`` is the inter-block feature map (what FMT compares), ``intra_bottleneck_size`` the

@@ -1,0 +1,239 @@
+"""kdbench's own reproduction of the four papers' findings at a scale a CPU or one GPU allows ("mini").
+
+The papers distil BERT-base (12 layers, hidden 768) into 4- and 6-layer students. The mini scale
+keeps their structure at half depth: the teacher is the pre-trained MiniLM-L6 (``minilm-l6``: 6
+layers, hidden 384, 12 heads), fine-tuned on each task's full training set, and the students are
+``teacher-3l`` (3 layers of the teacher's width: uniform, skip and last mappings all exist) and
+``teacher-3l-192`` (3 layers at half width, where TinyBERT's projection matters).
+
+Every table is a sweep spec generated here (``results/reproduction/<table>.yaml``) from one
+:class:`MiniScale`; ``kdbench reproduce TABLE`` runs it (resumably, with any executor), exports
+the records into ``results/reproduction/<table>/records`` and renders the paper table beside the
+published numbers. Paths in the specs are relative to the folder the command runs in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TEACHER_MODEL = "minilm-l6"
+WIDE_STUDENT = "teacher-3l"
+NARROW_STUDENT = "teacher-3l-192"
+OUTPUT = "runs/reproduction"
+SPEC_FOLDER = Path(__file__).resolve().parent.parent / "results" / "reproduction"
+
+
+@dataclass(frozen=True)
+class TaskScale:
+    """How one task runs at mini scale."""
+
+    name: str
+    seeds: tuple[int, ...]
+    max_train_samples: int | None = None  # None: the full training set
+    intermediate_epochs: int = 10  # TinyBERT's intermediate stage (paper: 20; 50 for CoLA; 10 for big sets)
+
+
+@dataclass(frozen=True)
+class MiniScale:
+    """The settings shared by every table of the study (documented in its README)."""
+
+    tasks: tuple[TaskScale, ...] = (
+        TaskScale("cola", (1, 2, 3, 4, 5), intermediate_epochs=20),
+        TaskScale("sst2", (1, 2, 3), max_train_samples=16000, intermediate_epochs=5),
+        TaskScale("mrpc", (1, 2, 3, 4, 5)),
+        TaskScale("stsb", (1, 2, 3, 4, 5)),
+        TaskScale("rte", (1, 2, 3, 4, 5)),
+    )
+    max_seq_length: int = 128
+    batch_size: int = 32
+    teacher: dict[str, Any] = field(default_factory=lambda: {
+        "method": "finetune", "student": TEACHER_MODEL, "student_init": "pretrained", "epochs": 3, "lr": 1e-4,
+        "seed": 1})
+    student_epochs: int = 3
+    student_lr: float = 1e-4
+
+    def task(self, name: str) -> TaskScale:
+        return next(t for t in self.tasks if t.name == name)
+
+
+MINI = MiniScale()
+
+
+def teacher_stage(scale: MiniScale, task: TaskScale) -> dict[str, Any]:
+    stage = {**scale.teacher, "task": task.name}
+    if task.max_train_samples is not None:
+        stage["max_train_samples"] = task.max_train_samples
+    return stage
+
+
+def _task_keys(task: TaskScale) -> dict[str, Any]:
+    return {"max_train_samples": task.max_train_samples} if task.max_train_samples is not None else {}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a study table: a method run with fixed keys, on every task of the table."""
+
+    label: str
+    method: str
+    keys: dict[str, Any] = field(default_factory=dict)
+    needs: tuple[str, ...] = ()  # stages (besides the task's teacher) the row's keys refer to
+
+
+def _student_keys(student: str) -> dict[str, Any]:
+    """Baseline initialisation: the wide student copies the bottom layers of the fine-tuned teacher
+    (as BERT-PKD's and kdbench's students do); the narrow one has no weights of its width to copy."""
+    if student == WIDE_STUDENT:
+        return {"student": student, "student_init": "teacher", "student_layers": "bottom"}
+    return {"student": student, "student_init": "random"}
+
+
+def cross_method_rows() -> list[Row]:
+    rows: list[Row] = []
+    for student, tag in ((WIDE_STUDENT, "3l"), (NARROW_STUDENT, "3l-192")):
+        init = _student_keys(student)
+        rows += [
+            Row(f"finetune-{tag}", "finetune", {**init}),
+            Row(f"kd-{tag}", "kd", {**init, "alpha": 0.5, "temperature": 2.0}),
+            Row(f"tinybert-td-{tag}", "tinybert", {**init}),
+        ]
+        if student == WIDE_STUDENT:  # the patient and cosine losses compare hidden vectors of one width
+            rows += [
+                Row(f"pkd-skip-{tag}", "pkd", {**init, "strategy": "skip"}),
+                Row(f"pkd-last-{tag}", "pkd", {**init, "strategy": "last"}),
+                Row(f"distilbert-{tag}", "distilbert", {**init, "student_layers": "every-other"}),
+            ]
+    return rows
+
+
+TABLE_ROWS = {
+    "cross-method": cross_method_rows,
+}
+
+
+def build_spec(table: str, scale: MiniScale = MINI) -> dict[str, Any]:
+    """The sweep spec of ``table``: one teacher stage per task, one cell per row, task and seed."""
+    if table not in TABLE_ROWS:
+        raise KeyError(f"unknown reproduction table {table!r} (known: {', '.join(sorted(TABLE_ROWS))})")
+    rows = TABLE_ROWS[table]()
+    stages = {f"teacher-{task.name}": teacher_stage(scale, task) for task in scale.tasks}
+    cells = []
+    for row in rows:
+        for task in scale.tasks:
+            for seed in task.seeds:
+                cell: dict[str, Any] = {"name": f"{row.label}-{task.name}-s{seed}", "label": row.label,
+                                        "method": row.method, "task": task.name, "seed": seed, **_task_keys(task)}
+                # Every cell names its task's teacher: a finetune cell uses it only for the student's
+                # shape, initialisation and tokenizer.
+                cell["teacher"] = f"${{teacher-{task.name}}}"
+                if row.method == "tinybert":
+                    cell["intermediate_epochs"] = task.intermediate_epochs
+                cell.update(row.keys)
+                cells.append(cell)
+    return {
+        "name": f"reproduction-{table}",
+        "output": OUTPUT,
+        "defaults": {"batch_size": scale.batch_size, "max_seq_length": scale.max_seq_length,
+                     "epochs": scale.student_epochs, "lr": scale.student_lr},
+        "stages": stages,
+        "cells": cells,
+    }
+
+
+def write_spec(table: str, folder: Path = SPEC_FOLDER, scale: MiniScale = MINI) -> Path:
+    path = folder / f"{table}.yaml"
+    header = (f"# kdbench reproduction study, mini scale: table {table!r}. Generated by kdbench.reproduce "
+              f"(do not edit; change MiniScale and regenerate).\n# Run:  kdbench reproduce {table} "
+              "--executor local|slurm [--profile NAME]\n")
+    path.write_text(header + yaml.safe_dump(build_spec(table, scale), sort_keys=False, width=120))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Records and rendering
+# ---------------------------------------------------------------------------------------------
+RECORD_FILES = ("result.json", "config.yaml", "loss_terms.jsonl")
+PAPER_TABLES = {"cross-method": "cross-method"}  # reproduction table -> kdbench table spec that renders it
+
+
+def records_folder(table: str, root: Path = SPEC_FOLDER) -> Path:
+    return root / table / "records"
+
+
+def export_records(spec_path: Path, runs_output: Path, destination: Path) -> list[Path]:
+    """Copy the record files (never model weights) of every run of the spec that has a record into
+    ``destination/<run folder>/``; returns the copied run folders."""
+    import shutil
+
+    from kdbench.sweep import expand, load_spec
+
+    copied = []
+    for run in expand(load_spec(spec_path), output=runs_output).runs.values():
+        if not (run.run_dir / "result.json").is_file():
+            continue
+        target = destination / run.run_dir.name
+        target.mkdir(parents=True, exist_ok=True)
+        for name in RECORD_FILES:
+            if (run.run_dir / name).is_file():
+                shutil.copy2(run.run_dir / name, target / name)
+        copied.append(target)
+    return copied
+
+
+def render(table: str, records: Path, out: Path) -> Path:
+    """The paper-style table of ``records`` as markdown (published rows above measured), written to ``out``."""
+    from kdbench import tables
+
+    out.write_text(tables.render(tables.build_table(PAPER_TABLES[table], records), "markdown") + "\n")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------
+def cmd_reproduce(args: Any) -> int:
+    from kdbench.cli import main as kdbench_main
+
+    spec_folder = Path(args.spec_dir)
+    spec_path = spec_folder / f"{args.table}.yaml"
+    if args.write_spec:
+        print(write_spec(args.table, spec_folder))
+        return 0
+    if args.table not in TABLE_ROWS:
+        raise KeyError(f"unknown reproduction table {args.table!r} (known: {', '.join(sorted(TABLE_ROWS))})")
+    records = Path(args.records) if args.records else records_folder(args.table, spec_folder)
+    if not args.render_only:
+        sweep_args = ["sweep", str(spec_path), "--executor", args.executor, "--output", args.output]
+        if args.profile:
+            sweep_args += ["--profile", args.profile]
+        if args.dry_run:
+            sweep_args.append("--dry-run")
+        code = kdbench_main(sweep_args)
+        if args.dry_run:
+            return code
+        copied = export_records(spec_path, Path(args.output), records)
+        print(f"[kdbench reproduce] {len(copied)} records in {records}")
+        if code != 0:
+            return code
+    out = render(args.table, records, records.parent / "table.md")
+    print(out.read_text())
+    return 0
+
+
+def add_command(subparsers: Any) -> None:
+    reproduce = subparsers.add_parser(
+        "reproduce", help="run one table of kdbench's reproduction study (mini scale), or re-render it")
+    reproduce.add_argument("table", help=f"one of: {', '.join(sorted(TABLE_ROWS))}")
+    reproduce.add_argument("--executor", default="local", help="debug | local | slurm (default local)")
+    reproduce.add_argument("--profile", help="cluster profile for --executor slurm")
+    reproduce.add_argument("--output", default=OUTPUT, help=f"runs folder (default {OUTPUT})")
+    reproduce.add_argument("--records", help="where records are exported and read (default: results/reproduction/TABLE/records)")
+    reproduce.add_argument("--spec-dir", default=str(SPEC_FOLDER), help="folder of the generated sweep specs")
+    reproduce.add_argument("--render-only", action="store_true", help="re-render the table from the records; train nothing")
+    reproduce.add_argument("--write-spec", action="store_true", help="regenerate the table's sweep spec and exit")
+    reproduce.add_argument("--dry-run", action="store_true", help="list the runs and their folders; train nothing")
+    reproduce.set_defaults(handler=cmd_reproduce)

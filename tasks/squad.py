@@ -558,7 +558,8 @@ class SquadTask(Task):
             for qid in answered:
                 value = probs[qid]
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-                    raise DataError(f"{na_probs}: question id {qid!r} has no-answer score {value!r}, not a number")
+                    raise DataError(f"{na_probs}: question id {qid!r} has no-answer score {json.dumps(value)}, "
+                                    "not a number")
         result = self.score_answers(data.examples, answers, probs, na_prob_threshold)
         result.update(missing_predictions=len(missing), unknown_ids=len(unknown))
         return result

@@ -118,7 +118,9 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from kdbench.config import DataConfig
+    import inspect
+
+    from kdbench.config import ConfigError, DataConfig
     from kdbench.plugins import TASKS
 
     task = TASKS.get(args.task)
@@ -126,9 +128,18 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if not predictions.is_file():
         raise FileNotFoundError(f"predictions file {str(predictions)!r} does not exist")
     data_dir = DataConfig(data_dir=args.data_dir).resolved_data_dir()
-    extra = {}
+    accepted = inspect.signature(task.score_prediction_file).parameters
+    extra: dict[str, Any] = {}
     if args.na_probs is not None:  # SQuAD v2.0: no-answer scores for the threshold and its search
+        if "na_probs" not in accepted:
+            raise ConfigError(f"--na-probs: task {args.task!r} takes no no-answer scores (SQuAD v2.0 does)")
         extra = {"na_probs": Path(args.na_probs), "na_prob_threshold": args.na_prob_thresh}
+    if args.label_order is not None:
+        if "label_order" not in accepted:
+            raise ConfigError(f"--label-order: task {args.task!r} has no label ids to order")
+        extra["label_order"] = args.label_order
+    if "warn" in accepted:  # ignored ids and missing predictions: said on stderr, counted in the JSON
+        extra["warn"] = lambda message: print(f"kdbench: warning: {message}", file=sys.stderr)
     metrics = task.score_prediction_file(predictions, data_dir, args.split, **extra)
     print(json.dumps(metrics))
     return 0
@@ -163,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--split", default="dev")
     evaluate.add_argument("--na-probs", default=None, help="SQuAD v2.0: JSON {question_id: no-answer score}")
     evaluate.add_argument("--na-prob-thresh", type=float, default=1.0, help="SQuAD v2.0: no-answer threshold")
+    evaluate.add_argument("--label-order", choices=("hub", "glue"), default=None,
+                          help="how bare label ids in the file are ordered where conventions differ (MNLI): "
+                               "hub = the Hub glue dataset, glue = BERT's GLUE processor")
     evaluate.set_defaults(handler=cmd_evaluate)
 
     for module_name in COMMAND_MODULES:

@@ -12,7 +12,16 @@ papers' way: MRPC/QQP F1, STS-B Spearman, MNLI matched and mismatched both count
 SQuAD: answers are normalised the way the official v1.1/v2.0 scripts do (lower-case, drop
 punctuation, drop the articles a/an/the, collapse white space); EM and token F1 take the maximum
 over the gold answers. v2.0 adds unanswerable questions (gold = ``[""]``), HasAns/NoAns splits and
-the best no-answer threshold from per-question no-answer probabilities.
+the best no-answer threshold from per-question no-answer probabilities. :func:`squad_scores` gives
+the result under kdbench's names (``em``, ``f1``, ``best_em``, ``best_em_thresh``, ...), the one
+function behind both a run's SQuAD metrics and the ``kdbench_squad`` evaluate module.
+
+Non-finite values (NaN, inf) among predictions or references are an error naming their position:
+a score is never NaN.
+
+``evaluate`` modules: :func:`module_path` gives the installed script of ``kdbench_glue`` or
+``kdbench_squad`` (``evaluate.load(module_path("glue"), "mrpc")`` works offline); the metric classes
+live in :mod:`kdbench.metric_modules` and call the functions here.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import math
 import re
 import string
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,7 +56,19 @@ def _check_pair(predictions: Any, references: Any) -> tuple[np.ndarray, np.ndarr
         raise ValueError(f"predictions ({preds.shape[0]}) and references ({refs.shape[0]}) differ in length")
     if preds.size == 0:
         raise ValueError("cannot score an empty set of predictions")
+    _check_finite(preds, "predictions")
+    _check_finite(refs, "references")
     return preds, refs
+
+
+def _check_finite(array: np.ndarray, name: str) -> None:
+    """A ValueError naming the first NaN/inf position (a NaN would otherwise become a NaN score)."""
+    if array.dtype.kind not in "fc":
+        return
+    bad = np.flatnonzero(~np.isfinite(array))
+    if bad.size:
+        raise ValueError(f"{name}: value {array[bad[0]]} at index {int(bad[0])} is not a finite number "
+                         f"({bad.size} non-finite values)")
 
 
 def accuracy(predictions: Any, references: Any) -> float:
@@ -147,6 +169,17 @@ GLUE_AVERAGE_METRICS: dict[str, tuple[str, ...]] = {
     "qnli": ("acc",),
     "rte": ("acc",),
 }
+
+
+def glue_metrics(task: str, predictions: Any, references: Any) -> dict[str, float]:
+    """The metrics of GLUE ``task`` (a key of :data:`GLUE_TASK_METRICS`; ``mnli-mm`` gives ``acc_mm``)
+    for class ids (or STS-B scores) ``predictions`` against ``references``, 0-100."""
+    if task not in GLUE_TASK_METRICS:
+        raise ValueError(f"unknown GLUE task {task!r} (known: {', '.join(GLUE_TASK_METRICS)})")
+    names = GLUE_TASK_METRICS[task]
+    base = [name.removesuffix("_mm") for name in names]
+    result = classification_metrics(predictions, references, base)
+    return {name: result[plain] for name, plain in zip(names, base)}
 
 
 def classification_metrics(predictions: Any, references: Any, names: Iterable[str]) -> dict[str, float]:
@@ -286,6 +319,7 @@ def squad_v1(golds: Mapping[str, Sequence[str]], predictions: Mapping[str, str])
 
 
 def _raw_scores(golds: Mapping[str, Sequence[str]], predictions: Mapping[str, str]) -> tuple[dict, dict]:
+    """EM and F1 (v2.0 form) of every question that has a prediction, in gold order."""
     exact, f1 = {}, {}
     for qid, answers in golds.items():
         if qid not in predictions:
@@ -307,17 +341,18 @@ def _apply_threshold(scores: Mapping[str, float], na_probs: Mapping[str, float],
 
 
 def _best_threshold(predictions: Mapping[str, str], scores: Mapping[str, float], na_probs: Mapping[str, float],
-                    has_answer: Mapping[str, bool]) -> tuple[float, float]:
-    """The official search: start from "answer nothing" and walk questions by rising na_prob."""
-    num_no_ans = sum(1 for qid in has_answer if not has_answer[qid])
-    current = best = float(num_no_ans)
+                    has_answer: Mapping[str, bool], total: int) -> tuple[float, float]:
+    """The official search: start from "answer nothing" and walk the answered questions by rising
+    na_prob (stable: ties keep the order of ``na_probs``). ``scores`` holds the answered questions;
+    a question without a prediction is wrong at every threshold and counts only in ``total``."""
+    current = best = float(sum(1 for qid in scores if not has_answer[qid]))
     best_threshold = 0.0
     for qid in sorted(na_probs, key=lambda q: na_probs[q]):
         if qid not in scores:
             continue
         if has_answer[qid]:
             diff = scores[qid]
-        elif predictions.get(qid):
+        elif predictions[qid]:
             diff = -1.0
         else:
             diff = 0.0
@@ -325,23 +360,49 @@ def _best_threshold(predictions: Mapping[str, str], scores: Mapping[str, float],
         if current > best:
             best = current
             best_threshold = na_probs[qid]
-    return 100.0 * best / len(scores), float(best_threshold)
+    return 100.0 * best / total, float(best_threshold)
+
+
+def _no_answer_probabilities(answered: Sequence[str], na_probs: Mapping[str, Any] | None) -> dict[str, float]:
+    """``{qid: na_prob}`` for the answered questions, in the order of ``na_probs`` (the order the
+    official search breaks ties in); 0 for all without ``na_probs``. A missing, non-numeric or NaN
+    value is a ValueError naming the question id."""
+    if na_probs is None:
+        return {qid: 0.0 for qid in answered}
+    wanted = set(answered)
+    missing = [qid for qid in answered if qid not in na_probs]
+    if missing:
+        raise ValueError(f"no-answer scores: {len(missing)} answered questions have none, e.g. question id "
+                         f"{missing[0]!r}")
+    probs: dict[str, float] = {}
+    for qid, value in na_probs.items():
+        if qid not in wanted:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                or math.isnan(float(value)):
+            raise ValueError(f"no-answer scores: question id {qid!r} has {value!r}, not a number")
+        probs[qid] = float(value)
+    return probs
 
 
 def squad_v2(golds: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
              na_probs: Mapping[str, float] | None = None, na_prob_threshold: float = 1.0,
              has_answer: Mapping[str, bool] | None = None) -> dict[str, float]:
-    """Official v2.0 scores (0-100): ``exact``/``em``/``exact_match``, ``f1``, ``total``,
-    ``has_ans_*``/``no_ans_*`` (when present) and, with ``na_probs``, ``best_exact``/``best_em``,
-    ``best_f1`` and their thresholds (``best_exact_thresh``, ``best_f1_thresh``, ``best_threshold``).
+    """Official v2.0 scores (0-100), under the official names: ``exact`` (also ``em``/``exact_match``),
+    ``f1``, ``total``, ``has_ans_*``/``no_ans_*`` (when present) and, with ``na_probs``,
+    ``best_exact`` (also ``best_em``), ``best_exact_thresh``, ``best_f1``, ``best_f1_thresh``
+    (also ``best_threshold``).
 
     An empty prediction string means "no answer". Without ``na_probs`` every question has
-    na_prob 0 (so the threshold changes nothing), as in the official script. ``has_answer`` is the
-    HasAns/NoAns split (:func:`squad_has_answer`, the script's ``bool(qa["answers"])``); by default
-    a question whose golds are ``[""]`` is NoAns. Deviation: the official script leaves questions
-    with no prediction out of the total (and crashes on the HasAns/NoAns split); here they score 0.
-    The best-threshold search walks questions in the order of ``na_probs`` (stable sort by value),
-    as the script does.
+    na_prob 0 (so the threshold changes nothing), as in the official script; with them, every
+    answered question needs a numeric value (ids of other questions are ignored). ``has_answer`` is
+    the HasAns/NoAns split (:func:`squad_has_answer`, the script's ``bool(qa["answers"])``); by
+    default a question whose golds are ``[""]`` is NoAns. Predictions for ids not in ``golds`` are
+    ignored, as by the official script.
+
+    Deviation: the official script leaves questions with no prediction out of the total (and then
+    fails on the HasAns/NoAns split); here they count as wrong, in every score and at every
+    threshold (as the v1.1 script counts them). With every question answered the two agree exactly.
     """
     if not golds:
         raise ValueError("no gold questions to score")
@@ -349,15 +410,12 @@ def squad_v2(golds: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
         has_answer = {qid: any(normalize_answer(x) for x in answers) for qid, answers in golds.items()}
     else:
         has_answer = {qid: bool(has_answer[qid]) for qid in golds}
-    order = [q for q in na_probs if q in golds] if na_probs else []
-    order += [q for q in golds if not na_probs or q not in na_probs]
-    probs = {qid: float(na_probs.get(qid, 0.0)) if na_probs else 0.0 for qid in order}
     exact_raw, f1_raw = _raw_scores(golds, predictions)
-    # Unanswered questions (missing from predictions) score 0, as "no prediction".
-    exact_all = {qid: exact_raw.get(qid, 0.0) for qid in golds}
-    f1_all = {qid: f1_raw.get(qid, 0.0) for qid in golds}
-    exact = _apply_threshold(exact_all, probs, has_answer, na_prob_threshold)
-    f1 = _apply_threshold(f1_all, probs, has_answer, na_prob_threshold)
+    probs = _no_answer_probabilities(list(exact_raw), na_probs)
+    exact_answered = _apply_threshold(exact_raw, probs, has_answer, na_prob_threshold)
+    f1_answered = _apply_threshold(f1_raw, probs, has_answer, na_prob_threshold)
+    exact = {qid: exact_answered.get(qid, 0.0) for qid in golds}
+    f1 = {qid: f1_answered.get(qid, 0.0) for qid in golds}
     n = len(golds)
     result: dict[str, float] = {
         "exact": 100.0 * sum(exact.values()) / n,
@@ -379,8 +437,59 @@ def squad_v2(golds: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
         if f"{key}_exact" in result:
             result[f"{key}_em"] = result[f"{key}_exact"]
     if na_probs is not None:
-        best_exact, exact_thresh = _best_threshold(predictions, exact_all, probs, has_answer)
-        best_f1, f1_thresh = _best_threshold(predictions, f1_all, probs, has_answer)
+        best_exact, exact_thresh = _best_threshold(predictions, exact_raw, probs, has_answer, n)
+        best_f1, f1_thresh = _best_threshold(predictions, f1_raw, probs, has_answer, n)
         result.update({"best_exact": best_exact, "best_em": best_exact, "best_exact_thresh": exact_thresh,
                        "best_f1": best_f1, "best_f1_thresh": f1_thresh, "best_threshold": f1_thresh})
     return result
+
+
+# kdbench's names of the v2.0 scores (result.json, `kdbench evaluate`, the evaluate module), taken from
+# :func:`squad_v2`'s official names. ``best_em_thresh`` is the official ``best_exact_thresh``.
+SQUAD_V2_NAMES: dict[str, str] = {
+    "em": "exact", "f1": "f1", "total": "total",
+    "has_ans_em": "has_ans_exact", "has_ans_f1": "has_ans_f1", "has_ans_total": "has_ans_total",
+    "no_ans_em": "no_ans_exact", "no_ans_f1": "no_ans_f1", "no_ans_total": "no_ans_total",
+    "best_em": "best_exact", "best_em_thresh": "best_exact_thresh",
+    "best_f1": "best_f1", "best_f1_thresh": "best_f1_thresh", "best_threshold": "best_f1_thresh",
+}
+
+
+def squad_scores(references: Mapping[str, Sequence[str]], predictions: Mapping[str, str], version: str = "1.1",
+                 na_probs: Mapping[str, float] | None = None, na_prob_threshold: float = 1.0) -> dict[str, float]:
+    """kdbench's SQuAD result for ``{question_id: answer texts as in the data file}`` and
+    ``{question_id: predicted text}``: v1.1 ``em``/``f1``; v2.0 ``em``, ``f1``, ``total``, the
+    HasAns/NoAns splits and, with ``na_probs``, ``best_em``/``best_em_thresh``/``best_f1``/
+    ``best_f1_thresh`` (and ``best_threshold``, the F1 one), all 0-100 except totals and thresholds.
+
+    v1.1 golds are every answer text; v2.0 drops answers that normalise to nothing and gives a
+    question left without any the gold ``[""]``, and splits HasAns/NoAns by the raw answer list, as
+    the official scripts do. Questions without a prediction count as wrong; predictions for other
+    ids are ignored. This is the single implementation behind runs, ``kdbench evaluate`` and the
+    ``kdbench_squad`` evaluate module.
+    """
+    if version.startswith("1"):
+        result = squad_v1({qid: list(texts) for qid, texts in references.items()}, predictions)
+        return {"em": result["em"], "f1": result["f1"]}
+    golds = {qid: [t for t in texts if normalize_answer(t)] or [""] for qid, texts in references.items()}
+    has_answer = {qid: bool(texts) for qid, texts in references.items()}
+    result = squad_v2(golds, predictions, na_probs, na_prob_threshold, has_answer=has_answer)
+    return {ours: result[official] for ours, official in SQUAD_V2_NAMES.items() if official in result}
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluate modules
+
+METRIC_MODULES: dict[str, str] = {"glue": "kdbench_glue", "squad": "kdbench_squad"}
+
+
+def module_path(name: str) -> str:
+    """The installed script of kdbench's ``evaluate`` module ``name`` (``glue`` or ``squad``), for
+    ``evaluate.load(module_path("glue"), "mrpc")`` or ``evaluate.load(module_path("squad"), "squad-v2")``
+    (offline: a local script, never the Hub)."""
+    if name not in METRIC_MODULES:
+        raise ValueError(f"unknown kdbench metric module {name!r} (known: {', '.join(METRIC_MODULES)})")
+    path = Path(__file__).resolve().parent / "data" / f"{METRIC_MODULES[name]}.py"
+    if not path.is_file():  # pragma: no cover - a broken installation
+        raise FileNotFoundError(f"kdbench metric module {str(path)!r} is missing from the installation")
+    return str(path)

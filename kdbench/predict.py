@@ -5,7 +5,10 @@
   ``STS-B.tsv``, ``QQP.tsv``, ``MNLI-m.tsv``, ``MNLI-mm.tsv``, ``QNLI.tsv``, ``RTE.tsv``,
   ``WNLI.tsv``, ``AX.tsv``; ``ax`` is predicted with an MNLI model).
 - GLUE dev splits (``--split dev``): ``<task>-<split>.tsv`` in the same format, which
-  ``kdbench evaluate`` scores; the metrics are printed as one JSON object.
+  ``kdbench evaluate`` scores; the metrics are printed as one JSON object. Labels are written as
+  names (never ambiguous ids); STS-B dev scores unclipped, so the file scores as the run did.
+- STS-B test submissions are clipped to the label range [0, 5]; a NaN or infinite predicted score
+  is an error naming the example index, and nothing is written.
 - SQuAD (dev): ``predictions.json`` (``{id: answer}``), ``nbest_predictions.json`` and, for v2.0,
   ``null_odds.json`` (the no-answer scores for ``kdbench evaluate squad-v2 --na-probs``); metrics printed.
 
@@ -19,6 +22,8 @@ import argparse
 import json
 from pathlib import Path
 from typing import Any
+
+from kdbench.errors import DataError
 
 
 def add_command(subparsers: Any) -> None:
@@ -106,9 +111,10 @@ def _predict_glue(task: Any, model: Any, tokenizer: Any, run: Any, out: Path, sp
         if split == "test":
             files += write_glue_predictions(task, {encoded.name: (encoded.features["idx"], logits)}, out)
             continue
+        values = task.predictions_from_logits(logits)
+        _check_finite_scores(values, encoded.features["idx"], f"{task.spec.name} {encoded.name}")
         metrics.update(task.score(encoded, {"logits": logits}))
         path = out / f"{task.spec.name}-{encoded.name}.tsv"
-        values = task.predictions_from_logits(logits)
         names = task.spec.label_names
         lines = ["index\tprediction"] + [
             f"{int(i)}\t{names[int(v)] if names else format(float(v), '.6g')}"
@@ -116,6 +122,19 @@ def _predict_glue(task: Any, model: Any, tokenizer: Any, run: Any, out: Path, sp
         path.write_text("\n".join(lines) + "\n")
         files.append(path)
     return {"files": files, "metrics": metrics}
+
+
+def _check_finite_scores(values: Any, indices: Any, where: str) -> None:
+    """A DataError naming the first example whose predicted score is NaN or infinite (regression)."""
+    import numpy as np
+
+    array = np.asarray(values)
+    if array.dtype.kind != "f":
+        return
+    bad = np.flatnonzero(~np.isfinite(array))
+    if bad.size:
+        raise DataError(f"{where}: the model predicted {array[bad[0]]} for index {int(indices[int(bad[0])])} "
+                        f"({bad.size} non-finite scores); nothing written")
 
 
 def _predict_squad(task: Any, model: Any, tokenizer: Any, run: Any, out: Path) -> dict[str, Any]:

@@ -16,6 +16,12 @@ engine as ``id2label``); it equals the Hub's ClassLabel order, and Hub integer l
 through the Hub's own ClassLabel names, never by position. GLUE files that write labels as 0/1
 (CoLA, SST-2, MRPC, QQP, WNLI) are mapped to names by ``file_labels``.
 
+Prediction files (``kdbench evaluate``) give label names or ids. MNLI and AX order their ids
+differently in the Hub's ``glue`` dataset (entailment, neutral, contradiction) and in BERT's GLUE
+processor (contradiction, entailment, neutral; ``GlueSpec.bert_label_order``), so a bare id there is
+refused unless the caller names the order (``label_order="hub"`` or ``"glue"``); for the other tasks
+both conventions agree. STS-B predictions must be finite; submission files clip them to [0, 5].
+
 Metrics are on the 0-100 scale (see :mod:`kdbench.metrics`).
 """
 
@@ -34,6 +40,9 @@ from kdbench.task import EncodedSplit, HeadType, Task, TaskSpec
 from kdbench.tasks._io import BadRows, DataError, read_named_rows, read_tsv_lines
 
 MNLI_LABELS = ("entailment", "neutral", "contradiction")  # the Hub's order
+MNLI_BERT_LABELS = ("contradiction", "entailment", "neutral")  # BERT run_classifier.py MnliProcessor.get_labels
+LABEL_ORDERS = ("hub", "glue")  # how to read bare label ids in prediction files
+STSB_RANGE = (0.0, 5.0)
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,8 @@ class GlueSpec:
     file_labels: Mapping[str, str] = field(default_factory=dict)  # label text in files -> name
     column_aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # field -> other header names
     int_submission: bool = False  # submission writes label ids (0/1) instead of names
+    bert_label_order: tuple[str, ...] | None = None  # BERT's GLUE processor order, where it differs from the Hub's
+    score_range: tuple[float, float] | None = None  # regression: the label range submissions are clipped to
 
 
 _LABEL_ALIASES = ("label", "gold_label", "score", "is_duplicate", "Quality", "labels")
@@ -104,6 +115,7 @@ STSB_SPEC = GlueSpec(
     train=GlueFile("train.tsv", (7, 8), -1, index_col=0),
     dev=(("dev", GlueFile("dev.tsv", (7, 8), -1, index_col=0), ""),),
     test=(("test", GlueFile("test.tsv", (7, 8), None, index_col=0), "STS-B.tsv"),),
+    score_range=STSB_RANGE,
 )
 QQP_SPEC = GlueSpec(
     name="qqp", hub_name="qqp", dir_name="QQP", text_fields=("question1", "question2"),
@@ -124,13 +136,13 @@ MNLI_SPEC = GlueSpec(
     name="mnli", hub_name="mnli", dir_name="MNLI", text_fields=("premise", "hypothesis"),
     label_names=MNLI_LABELS, metrics=("acc",), main_metric="acc",
     train=GlueFile("train.tsv", (8, 9), -1, index_col=0), dev=_MNLI_DEV, test=_MNLI_TEST,
-    hub_splits=_MNLI_HUB, column_aliases=_NLI_ALIASES,
+    hub_splits=_MNLI_HUB, column_aliases=_NLI_ALIASES, bert_label_order=MNLI_BERT_LABELS,
 )
 MNLI_MM_SPEC = GlueSpec(
     name="mnli-mm", hub_name="mnli", dir_name="MNLI", text_fields=("premise", "hypothesis"),
     label_names=MNLI_LABELS, metrics=("acc",), main_metric="acc_mm",
     train=GlueFile("train.tsv", (8, 9), -1, index_col=0), dev=_MNLI_DEV, test=_MNLI_TEST,
-    hub_splits=_MNLI_HUB, column_aliases=_NLI_ALIASES,
+    hub_splits=_MNLI_HUB, column_aliases=_NLI_ALIASES, bert_label_order=MNLI_BERT_LABELS,
 )
 QNLI_SPEC = GlueSpec(
     name="qnli", hub_name="qnli", dir_name="QNLI", text_fields=("question", "sentence"),
@@ -159,7 +171,7 @@ AX_SPEC = GlueSpec(
     label_names=MNLI_LABELS, metrics=("mcc",), main_metric="mcc",
     train=None, dev=(),
     test=(("test", GlueFile("diagnostic.tsv", (1, 2), None, index_col=0), "AX.tsv"),),
-    column_aliases=_NLI_ALIASES,
+    column_aliases=_NLI_ALIASES, bert_label_order=MNLI_BERT_LABELS,
 )
 
 
@@ -532,9 +544,14 @@ class GlueTask(Task):
             raise ValueError(f"{self.glue.name}: {len(predictions)} predictions for {len(references)} examples")
         return self.compute_metrics(predictions, references, split.metadata.get("metric_suffix", ""))
 
-    def score_prediction_file(self, path: Path, data_dir: Path | None, split: str = "dev") -> dict[str, float]:
-        """Score a TSV ``index<TAB>prediction`` (header allowed; prediction = label name or number)
-        against the dev labels. MNLI: ``split`` ``dev``/``dev_matched`` or ``dev_mismatched``/``dev_mm``."""
+    def score_prediction_file(self, path: Path, data_dir: Path | None, split: str = "dev",
+                              label_order: str | None = None) -> dict[str, float]:
+        """Score a TSV ``index<TAB>prediction`` (header allowed; prediction = label name, label id or
+        STS-B score) against the dev labels. MNLI: ``split`` ``dev``/``dev_matched`` or
+        ``dev_mismatched``/``dev_mm``. ``label_order`` (``hub`` or ``glue``) says how to read bare
+        label ids where the conventions differ (MNLI); see :meth:`read_prediction_file`."""
+        if label_order is not None and label_order not in LABEL_ORDERS:
+            raise DataError(f"label order must be one of {', '.join(LABEL_ORDERS)}, got {label_order!r}")
         split_name, suffix = self._dev_split(split)
         glue_file = self._glue_file(split_name)
         if data_dir is None:
@@ -546,7 +563,7 @@ class GlueTask(Task):
             gold = self.read_glue_file(self._file(data_dir, glue_file), glue_file)
         else:
             gold = self.read_hub(split_name, with_labels=True)
-        predicted = self.read_prediction_file(Path(path))
+        predicted = self.read_prediction_file(Path(path), label_order)
         gold_by_index = dict(zip(gold.indices, gold.labels))
         missing = [i for i in gold_by_index if i not in predicted]
         extra = [i for i in predicted if i not in gold_by_index]
@@ -580,8 +597,13 @@ class GlueTask(Task):
         raise DataError(f"task {self.glue.name!r} has no split {split!r} "
                         f"(choose from {', '.join(n for n, _, _ in self.glue.dev)})")
 
-    def read_prediction_file(self, path: Path) -> dict[int, Any]:
-        """``{index: label name or float}`` from a TSV ``index<TAB>prediction`` file."""
+    def read_prediction_file(self, path: Path, label_order: str | None = None) -> dict[int, Any]:
+        """``{index: label name or float}`` from a TSV ``index<TAB>prediction`` file.
+
+        A prediction is a label name, a GLUE file code (``0``/``1`` of the binary tasks) or a label id.
+        Where the Hub and BERT's GLUE processor order the ids differently (MNLI, AX), a bare id is
+        an error unless ``label_order`` is ``"hub"`` or ``"glue"``. STS-B scores must be finite.
+        """
         result: dict[int, Any] = {}
         for number, fields in read_tsv_lines(path):
             where = f"{path}, line {number}"
@@ -597,23 +619,47 @@ class GlueTask(Task):
                 raise DataError(f"{where}: duplicate index {index}")
             if self.glue.label_names is None:
                 try:
-                    result[index] = float(fields[1])
+                    score = float(fields[1])
                 except ValueError:
                     raise DataError(f"{where}: prediction {fields[1]!r} is not a number") from None
+                if not math.isfinite(score):
+                    raise DataError(f"{where}: prediction {fields[1]!r} for index {index} is not a finite number")
+                result[index] = score
             else:
-                name = self.label_name(fields[1])
-                if name is None:
-                    raise DataError(f"{where}: unknown label {fields[1]!r} "
-                                    f"(expected one of {', '.join(self.glue.label_names)} or a label id)")
-                result[index] = name
+                result[index] = self._predicted_label(fields[1], label_order, where)
         if not result:
             raise DataError(f"{path}: no predictions")
         return result
 
+    def _predicted_label(self, value: str, label_order: str | None, where: str) -> str:
+        text = value.strip()
+        names = self.glue.label_names or ()
+        bert_order = self.glue.bert_label_order
+        if text not in names and text.lstrip("-").isdigit() and bert_order is not None:
+            if label_order is None:
+                raise DataError(f"{where}: bare label id {text!r} is ambiguous for {self.glue.name}: the Hub's glue "
+                                f"dataset orders the labels {', '.join(names)}, BERT's GLUE processor "
+                                f"{', '.join(bert_order)}; write label names or give the order "
+                                "(--label-order hub|glue)")
+            order = names if label_order == "hub" else bert_order
+            if 0 <= int(text) < len(order):
+                return order[int(text)]
+        name = self.label_name(text)
+        if name is None:
+            raise DataError(f"{where}: unknown label {value!r} "
+                            f"(expected one of {', '.join(names)} or a label id)")
+        return name
 
-def _submission_value(task: GlueTask, value: Any) -> str:
+
+def _submission_value(task: GlueTask, value: Any, where: str) -> str:
     if task.glue.label_names is None:
-        return f"{float(value):.3f}"
+        score = float(value)
+        if not math.isfinite(score):
+            raise DataError(f"{where}: the prediction is {score}, not a finite score; nothing written")
+        if task.glue.score_range is not None:
+            low, high = task.glue.score_range
+            score = min(max(score, low), high)
+        return f"{score:.3f}"
     name = task.label_name(value)
     if name is None:
         raise ValueError(f"{task.glue.name}: prediction {value!r} is not a label")
@@ -631,8 +677,8 @@ def write_glue_predictions(task: GlueTask | str, predictions: Any, out_dir: Path
     array holds logits ``(N, C)``, class ids ``(N,)``, label names, or floats for STS-B; a mapping's
     values may also be ``(indices, values)`` pairs or :class:`EncodedSplit`-keyed dicts. ``indices``
     (same shape as ``predictions``) gives the example indices; default ``0..N-1``.
-    CoLA, SST-2, MRPC, QQP and WNLI get 0/1 ids, STS-B floats, the NLI tasks label names.
-    Returns the written paths.
+    CoLA, SST-2, MRPC, QQP and WNLI get 0/1 ids, STS-B scores clipped to [0, 5] (a NaN or infinite
+    score is a DataError naming the index), the NLI tasks label names. Returns the written paths.
     """
     if isinstance(task, str):
         from kdbench.plugins import TASKS
@@ -672,8 +718,9 @@ def write_glue_predictions(task: GlueTask | str, predictions: Any, out_dir: Path
             raise ValueError(f"{submission}: {len(array)} predictions for {len(split_indices)} indices")
         path = out / submission
         lines = ["index\tprediction"]
-        lines += [f"{int(i)}\t{_submission_value(task, v.item() if hasattr(v, 'item') else v)}"
-                  for i, v in zip(split_indices, array)]
+        for i, v in zip(split_indices, array):
+            value = _submission_value(task, v.item() if hasattr(v, "item") else v, f"{submission}, index {int(i)}")
+            lines.append(f"{int(i)}\t{value}")
         path.write_text("\n".join(lines) + "\n")
         written.append(path)
     return written

@@ -29,13 +29,16 @@ Face's post-processing; BERT's ``get_final_text`` re-aligns wordpieces to white-
 can differ on a few answers).
 
 Metrics (0-100) are the official scripts': v1.1 ``em``/``f1``; v2.0 ``em``/``f1``, HasAns/NoAns
-splits and ``best_em``/``best_f1`` (see :mod:`kdbench.metrics`).
+splits and ``best_em``/``best_f1`` with their thresholds ``best_em_thresh``/``best_f1_thresh``
+(:func:`kdbench.metrics.squad_scores`, also behind the ``kdbench_squad`` evaluate module).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -498,41 +501,68 @@ class SquadTask(Task):
 
     def score_answers(self, examples: Sequence[dict[str, Any]], answers: Mapping[str, str],
                       na_probs: Mapping[str, float] | None = None, na_prob_threshold: float = 1.0) -> dict[str, float]:
-        articles = [{"paragraphs": [{"qas": [{"id": e["id"], "answers": e["answers"]} for e in examples]}]}]
-        if not self.squad.v2:
-            result = M.squad_v1(M.squad_gold_answers(articles, "1.1"), answers)
-            return {"em": result["em"], "f1": result["f1"]}
-        result = M.squad_v2(M.squad_gold_answers(articles, "2.0"), answers, na_probs, na_prob_threshold,
-                            has_answer=M.squad_has_answer(articles))
-        drop = {"exact", "exact_match", "has_ans_exact", "no_ans_exact", "best_exact", "best_exact_thresh"}
-        return {k: v for k, v in result.items() if k not in drop}
+        """kdbench's metrics (:func:`kdbench.metrics.squad_scores`) of ``answers`` on ``examples``."""
+        references = {e["id"]: [a["text"] for a in e["answers"]] for e in examples}
+        return M.squad_scores(references, answers, self.squad.version, na_probs, na_prob_threshold)
 
     def score_prediction_file(self, path: Path, data_dir: Path | None, split: str = "dev",
-                              na_probs: Path | None = None, na_prob_threshold: float = 1.0) -> dict[str, float]:
+                              na_probs: Path | None = None, na_prob_threshold: float = 1.0,
+                              warn: Callable[[str], None] | None = None) -> dict[str, float]:
         """Score ``{question_id: answer_text}`` JSON (the official scripts' prediction format) against
         the dev file; v2.0 takes an optional ``{question_id: no-answer score}`` file for the
-        threshold and best-threshold search. Ids not in the dev set are an error."""
+        threshold and best-threshold search.
+
+        As the official scripts: ids not in the dev set are ignored, and questions without a
+        prediction score 0 (v2.0's script instead drops them from the total: see
+        :func:`kdbench.metrics.squad_v2`). Both are reported through ``warn`` (default: a logged
+        warning) and counted in the result as ``unknown_ids`` and ``missing_predictions``. A file
+        with no prediction for any dev question (``{}`` included) is an error, as is a no-answer
+        file lacking an answered question or holding a value that is not a number.
+        """
         if split not in ("dev", "validation"):
             raise DataError(f"{self.squad.name}: only the dev split has answers to score (got {split!r})")
         from argparse import Namespace
 
         from kdbench.config import DataConfig
 
+        warn = warn or logging.getLogger(__name__).warning
         data = self.load("dev", Namespace(data=DataConfig(data_dir=str(data_dir) if data_dir else None)))
         answers = _read_json_mapping(path, "predictions")
-        known = {e["id"] for e in data.examples}
-        unknown = [qid for qid in answers if qid not in known]
-        if unknown:
-            raise DataError(f"{path}: {len(unknown)} question ids are not in {data.source} (e.g. {unknown[:3]})")
+        if not answers:
+            raise DataError(f"{path}: no predictions (an empty JSON object)")
         bad = [qid for qid, text in answers.items() if not isinstance(text, str)]
         if bad:
             raise DataError(f"{path}: answers must be text; question id {bad[0]!r} has {answers[bad[0]]!r}")
+        known = {e["id"] for e in data.examples}
+        unknown = [qid for qid in answers if qid not in known]
+        if len(unknown) == len(answers):
+            raise DataError(f"{path}: none of its {len(answers)} question ids is in {data.source} "
+                            f"(e.g. {unknown[0]!r}): wrong file or wrong SQuAD version?")
+        missing = [e["id"] for e in data.examples if e["id"] not in answers]
+        if unknown:
+            warn(f"{len(unknown)} of {len(answers)} prediction ids are not questions of {data.source} "
+                 f"(e.g. {unknown[0]!r}); ignored, as the official script does")
+        if missing:
+            warn(f"{len(missing)} of {len(data.examples)} questions have no prediction (e.g. {missing[0]!r}); "
+                 "scored as wrong")
         probs = None
         if na_probs is not None:
             if not self.squad.v2:
                 raise DataError(f"{self.squad.name}: no-answer scores are for SQuAD v2.0 only")
-            probs = {k: float(v) for k, v in _read_json_mapping(na_probs, "no-answer scores").items()}
-        return self.score_answers(data.examples, answers, probs, na_prob_threshold)
+            probs = _read_json_mapping(na_probs, "no-answer scores")
+            answered = [qid for qid in answers if qid in known]
+            absent = [qid for qid in answered if qid not in probs]
+            if absent:
+                raise DataError(f"{na_probs}: no no-answer score for {len(absent)} answered questions, "
+                                f"e.g. question id {absent[0]!r}")
+            for qid in answered:
+                value = probs[qid]
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+                    raise DataError(f"{na_probs}: question id {qid!r} has no-answer score {json.dumps(value)}, "
+                                    "not a number")
+        result = self.score_answers(data.examples, answers, probs, na_prob_threshold)
+        result.update(missing_predictions=len(missing), unknown_ids=len(unknown))
+        return result
 
 
 def _load_json(path: Path, what: str) -> Any:

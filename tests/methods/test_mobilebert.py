@@ -350,6 +350,12 @@ def test_progressive_run_with_pd_through_the_engine_logs_stages_and_layer_rates(
     record = json.loads((run_dir / "result.json").read_text())
     assert record["status"] == "completed"
     assert [stage["name"] for stage in record["stages"]] == ["kt-L1", "kt-L2", "pd"]
+    # result.json records each stage's resolved optimisation: LAMB as the released command, the
+    # run's explicit lr, the stage's own epochs (kt_epochs split over the layers, final_epochs)
+    kt, pd = record["stages"][1]["optimization"], record["stages"][2]["optimization"]
+    assert (kt["optimizer"], kt["schedule"], kt["eps"], kt["weight_decay"]) == ("lamb", "mobilebert-phase", 1e-6, 0.01)
+    assert (kt["lr"], kt["sources"]["lr"], kt["epochs"], kt["sources"]["epochs"]) == (1e-3, "run", 1.0, "stage")
+    assert (pd["optimizer"], pd["schedule"], pd["sources"]["schedule"]) == ("lamb", "linear", "method")
 
     def logs(index: int, name: str) -> list[dict]:
         states = sorted((run_dir / "stages" / f"{index}-{name}").glob("checkpoint-*/trainer_state.json"))

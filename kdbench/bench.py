@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kdbench.optimization import resolve_stage
+
 DEFAULT_METHODS = ("finetune", "kd", "tinybert", "pkd", "distilbert", "mobilebert")
 
 
@@ -380,7 +382,7 @@ def bench_stage(setup: Setup, method: str, config: Any, stage: Any, module: Any,
     options = setup.options
     examples = options.steps * options.batch_size
     uses_teacher = stage.uses_teacher
-    lr = stage.lr if stage.lr is not None else config.train.lr
+    lr = resolve_stage(stage, config.train).lr
     session = cached = None
     plan_note = "stage runs no teacher"
     if uses_teacher:
@@ -462,6 +464,7 @@ def bench_textbrewer(setup: Setup) -> dict[str, Any]:
     layers_t = setup.teacher.config.num_hidden_layers
     layers_s = module.student.config.num_hidden_layers
     stage = tinybert_joint_stage(layers_t, layers_s)
+    lr = resolve_stage(stage, config.train).lr
     # TextBrewer reads attention maps from output_attentions, which needs eager attention.
     eager_teacher = textbrewer_job.eager_copy(setup.teacher)
     # With a disk budget that holds the teacher's hidden states and attention maps, both frameworks
@@ -475,11 +478,11 @@ def bench_textbrewer(setup: Setup) -> dict[str, Any]:
     for _ in range(options.repeats):
         seconds, batches, memory["engine"] = _engine_run(setup, config, stage, module, order, None, setup.workdir,
                                                          record=True)
-        floor, _ = _floor_run(setup, stage, module, order, batches, config.train.lr)
+        floor, _ = _floor_run(setup, stage, module, order, batches, lr)
         student = textbrewer_job.eager_copy(copy.deepcopy(module.student))
         _reset_peak(setup.device)
         tb_seconds = textbrewer_job.run(eager_teacher, student, batches, warmup=options.warmup,
-                                        teacher_layers=layers_t, student_layers=layers_s, lr=config.train.lr,
+                                        teacher_layers=layers_t, student_layers=layers_s, lr=lr,
                                         device=setup.device, bf16=setup.precision == "bf16",
                                         workdir=setup.workdir / "textbrewer")
         memory["textbrewer"] = _peak_memory(setup.device)
@@ -493,7 +496,7 @@ def bench_textbrewer(setup: Setup) -> dict[str, Any]:
             teacher_outputs = textbrewer_job.precompute_teacher_outputs(eager_teacher, batches)
             student = textbrewer_job.eager_copy(copy.deepcopy(module.student))
             tb_cached = textbrewer_job.run(eager_teacher, student, batches, warmup=options.warmup,
-                                           teacher_layers=layers_t, student_layers=layers_s, lr=config.train.lr,
+                                           teacher_layers=layers_t, student_layers=layers_s, lr=lr,
                                            device=setup.device, bf16=setup.precision == "bf16",
                                            workdir=setup.workdir / "textbrewer", teacher_outputs=teacher_outputs)
             del teacher_outputs
@@ -539,6 +542,7 @@ def _profile_joint_job(setup: Setup, config: Any, stage: Any, module: Any, order
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if setup.device.type == "cuda" else [])
     found: dict[str, Any] = {}
+    lr = resolve_stage(stage, config.train).lr
     batches: list[dict[str, Any]] = []
 
     def engine() -> None:
@@ -546,12 +550,12 @@ def _profile_joint_job(setup: Setup, config: Any, stage: Any, module: Any, order
         _, batches, _ = _engine_run(setup, config, stage, module, order, None, setup.workdir, record=True)
 
     def floor() -> None:
-        _floor_run(setup, stage, module, order, batches, config.train.lr)
+        _floor_run(setup, stage, module, order, batches, lr)
 
     def textbrewer() -> None:
         student = textbrewer_job.eager_copy(copy.deepcopy(module.student))
         textbrewer_job.run(eager_teacher, student, batches, warmup=setup.options.warmup, teacher_layers=layers_t,
-                           student_layers=layers_s, lr=config.train.lr, device=setup.device,
+                           student_layers=layers_s, lr=lr, device=setup.device,
                            bf16=setup.precision == "bf16", workdir=setup.workdir / "textbrewer")
 
     for name, job in (("engine", engine), ("floor", floor), ("textbrewer", textbrewer)):

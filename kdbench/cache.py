@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import time
+import types
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -462,7 +463,9 @@ class TeacherCacheSession:
         """How many times the stage reads the training set."""
         if self.max_steps > 0:
             return self.max_steps * self.examples_per_step / max(1, self.dataset.num_rows)
-        return float(stage.epochs if stage.epochs is not None else self.epochs)
+        from kdbench.optimization import resolve_stage
+
+        return float(resolve_stage(stage, types.SimpleNamespace(epochs=self.epochs)).epochs)
 
     def summary(self) -> dict[str, Any]:
         used = any(plan.source == "cache" for plan in self.plans)

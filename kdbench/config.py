@@ -32,13 +32,22 @@ class ConfigError(ValueError):
 
 @dataclass
 class TrainConfig:
-    epochs: float = 3.0
+    # Optimisation fields left None take the stage's declaration (the method's official values),
+    # else kdbench's generic default (kdbench.optimization.GENERIC: 3 epochs, AdamW lr 5e-5, linear
+    # schedule, warm-up 0.1, weight decay 0.01, clipping 1.0); a value given here wins for every stage.
+    epochs: float | None = None
     max_steps: int = -1
     batch_size: int = 32
     eval_batch_size: int = 64
-    lr: float = 5e-5
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
+    lr: float | None = None
+    weight_decay: float | None = None
+    warmup_ratio: float | None = None
+    optimizer: str | None = None  # adamw | lamb
+    lr_schedule: str | None = None  # linear | constant | mobilebert-phase
+    adam_beta1: float | None = None
+    adam_beta2: float | None = None
+    adam_epsilon: float | None = None
+    max_grad_norm: float | None = None
     grad_accum: int = 1
     max_seq_length: int = 128
     seed: int = 42
@@ -54,13 +63,12 @@ class TrainConfig:
     teacher_cache_budget_mb: float = 0.0  # disk allowed for hidden states / attention maps per cache entry
 
     def __post_init__(self) -> None:
-        _require(self.epochs > 0, "train.epochs", self.epochs, "must be > 0")
+        from kdbench.optimization import check_optimization_values
+
+        check_optimization_values(self, where="train")
         _require(self.max_steps == -1 or self.max_steps > 0, "train.max_steps", self.max_steps, "must be -1 or > 0")
         _require(self.batch_size > 0, "train.batch_size", self.batch_size, "must be > 0")
         _require(self.eval_batch_size > 0, "train.eval_batch_size", self.eval_batch_size, "must be > 0")
-        _require(self.lr > 0, "train.lr", self.lr, "must be > 0")
-        _require(self.weight_decay >= 0, "train.weight_decay", self.weight_decay, "must be >= 0")
-        _require(0 <= self.warmup_ratio < 1, "train.warmup_ratio", self.warmup_ratio, "must be in [0, 1)")
         _require(self.grad_accum > 0, "train.grad_accum", self.grad_accum, "must be > 0")
         _require(8 <= self.max_seq_length <= 8192, "train.max_seq_length", self.max_seq_length, "must be in [8, 8192]")
         _require(self.eval_steps is None or self.eval_steps > 0, "train.eval_steps", self.eval_steps, "must be > 0")

@@ -2,7 +2,7 @@
 
 Every function takes tensors and returns a scalar tensor (or a ``dict`` of named, already weighted
 scalar terms whose sum is the training loss). Docstrings state the exact reduction and weighting
-and the official code each one follows (see ``shared/notes/reference-semantics.md``).
+and the official code each one follows (see ``docs/fidelity.md``).
 
 Conventions:
 
@@ -306,8 +306,10 @@ def _masked_token_mean(per_token: Tensor, mask: Tensor | None) -> Tensor:
 def fmt_mse_loss(student_hidden: Tensor, teacher_hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
     """MobileBERT feature-map transfer, paper form: plain MSE between the feature maps of one layer.
 
-    Mean over ``B·L·d`` entries; when ``attention_mask`` ``(B, L)`` is given, over real tokens
-    only (``n_real·d`` entries). Student and teacher share the feature-map width.
+    Mean over all ``B·L·d`` entries, padding included, when ``attention_mask`` is ``None`` (the
+    reduction of MobileBERT's code, ``tf.losses.mean_squared_error``); with ``attention_mask``
+    ``(B, L)`` given, over real tokens only (``n_real·d`` entries). Student and teacher share the
+    feature-map width.
     """
     _check_same_shape("fmt_mse_loss hidden", student_hidden, teacher_hidden)
     mask = _token_mask(attention_mask, student_hidden.shape[:-1], "fmt_mse_loss")
@@ -332,8 +334,12 @@ def fmt_normalized_loss(
     ``"fmt"`` is the mean over tokens and hidden units, unweighted (the README's factor 100 for
     the hidden loss is applied by the caller); β and γ default to the README's 5000 and 5.
 
-    Padding choice: with ``attention_mask`` given, all three terms average over REAL tokens only
-    (padding excluded, as for attention transfer); ``None`` averages over all ``B·L`` tokens.
+    Padding: ``attention_mask=None`` averages all three terms over every ``B·L`` token, padding
+    included — what ``run_pretraining.py`` computes (``tf.losses.mean_squared_error`` and
+    ``tf.reduce_mean``); with ``attention_mask`` given, over REAL tokens only. The teacher's
+    statistics are those of the one teacher layer passed in (the released code's
+    ``teacher_mean``/``teacher_variance`` over the whole list of teacher layers is a bug not copied).
+    Per-layer factors (``hidden_distill_factor``/L etc.) are the caller's.
     """
     b = _check_weight("beta", beta)
     g = _check_weight("gamma", gamma)
@@ -382,8 +388,9 @@ def attention_kl_loss(
     ``−Σ_keys p_T·log p_S`` (``form="cross_entropy"``; same student gradient, larger by the
     teacher's entropy). ``0·log 0`` is 0 (``torch.xlogy``), so padded keys (zero probability in
     both) contribute nothing; ``p_S`` is clamped to the smallest positive float inside the log.
-    Averaged over heads and REAL query positions (``attention_mask`` ``(B, L)``, 1 = real; ``None``
-    = all positions).
+    Averaged over heads and REAL query positions (``attention_mask`` ``(B, L)``, 1 = real), or
+    with ``attention_mask=None`` over all ``B·H·L`` query rows, padded rows included (the official
+    code's ``tf.reduce_mean(tf.reduce_sum(-p_T·log p_S, axis=-1))``).
     """
     if form not in _AT_FORMS:
         raise ValueError(f"form must be one of {_AT_FORMS}, got {form!r}")
@@ -407,8 +414,11 @@ def attention_kl_loss_from_scores(
 ) -> Tensor:
     """:func:`attention_kl_loss` computed from PRE-softmax scores with ``log_softmax`` (stabler).
 
-    Same definition, reduction and ``form`` options; the scores carry the additive ``-10000`` on
-    padded keys, so those keys get (numerically) zero probability in both distributions.
+    Same definition, reduction and ``form`` options; the scores carry the model's additive mask on
+    padded keys (a large negative number in Hugging Face models), so those keys get (numerically)
+    zero probability in both distributions. The released MobileBERT model masks with ``-6``
+    instead (``modeling.py``), so there padded keys keep a small probability: that belongs to the
+    model being distilled, not to this loss.
     """
     if form not in _AT_FORMS:
         raise ValueError(f"form must be one of {_AT_FORMS}, got {form!r}")

@@ -18,6 +18,7 @@ from transformers import PretrainedConfig
 
 from kdbench.config import ConfigError, RunConfig, from_mapping
 from kdbench.features import NO_FEATURES, FeatureRequest, Features
+from kdbench.optimization import Optimization
 from kdbench.search_space import SearchSpace
 from kdbench.task import TaskSpec
 
@@ -40,7 +41,11 @@ class ParamGroup:
 class Stage:
     """One training stage of a method.
 
-    ``epochs`` / ``lr`` override the run's ``train`` values when set. ``select_best`` chooses the
+    ``optimization`` declares how the stage is optimised in its authors' code (optimiser, schedule,
+    warm-up, betas, weight decay, clipping, epochs; :mod:`kdbench.optimization`): values the user
+    gives explicitly for the run (``lr=``, ``epochs=``, ``train.*``) win over it, and undeclared
+    fields take kdbench's generic defaults. ``epochs`` / ``lr`` are the user's own choice for this
+    stage through the method's parameters (e.g. ``kt_lr=``); set, they win over both. ``select_best`` chooses the
     checkpoint with the best dev score (meaningless for intermediate-layer stages whose head is not
     trained yet: those keep their last state). ``param_groups`` returns the optimiser groups; by
     default every student parameter plus the method's extra modules, at scale 1.
@@ -53,6 +58,7 @@ class Stage:
     uses_teacher: bool = True
     epochs: float | None = None
     lr: float | None = None
+    optimization: Optimization | None = None
     select_best: bool = True
     param_groups: Callable[[nn.Module, nn.Module], list[ParamGroup]] | None = None
     head: str | None = None  # None: the task's head; "masked-lm" for pre-training distillation

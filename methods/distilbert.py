@@ -10,6 +10,9 @@ Two methods, because the two phases have different losses, defaults and tasks:
   :class:`MlmMasker`): 15% of the real tokens, chosen with probability ∝ count^−0.7 (counts from
   the corpus, special tokens never chosen), then 80% ``[MASK]`` / 10% kept / 10% random token.
   The result (run folder ``model/``) is a general student to fine-tune or distil on a task.
+  Optimisation as ``train.py``/``distiller.py``: AdamW lr 5e-4, β (0.9, 0.98), ε 1e-6, no weight
+  decay, linear warm-up over 5% then linear decay, gradient norm clipped at 5, 3 epochs (the run's
+  explicit ``lr=``, ``epochs=``, ``train.*`` values win).
 - ``distilbert`` (task-specific distillation, ``run_squad_w_distillation.py``):
   ``α_ce·T²·KL_batchmean + α_task·task loss``, defaults 0.5 / 0.5, T 2; on SQuAD the KL is the
   average of the start and end distributions, on classification it is over the class logits.
@@ -42,6 +45,7 @@ from kdbench.losses import (
     regression_mse_loss,
 )
 from kdbench.method import Batch, Method, MethodContext, ParamGroup, Stage
+from kdbench.optimization import Optimization
 from kdbench.plugins import METHODS
 from kdbench.search_space import Choice, FloatRange, SearchSpace
 from kdbench.task import HeadType
@@ -206,6 +210,13 @@ def copy_head_weights(student: nn.Module, teacher: nn.Module) -> list[str]:
     return sorted(head)
 
 
+# train.py's defaults (--learning_rate 5e-4, --warmup_prop 0.05, --adam_epsilon 1e-6,
+# --max_grad_norm 5.0, --weight_decay 0.0, --n_epoch 3) and distiller.py's
+# AdamW(..., betas=(0.9, 0.98)) with get_linear_schedule_with_warmup.
+PRETRAIN_OPTIMIZATION = Optimization(optimizer="adamw", lr=5e-4, schedule="linear", warmup_ratio=0.05, beta1=0.9,
+                                     beta2=0.98, eps=1e-6, weight_decay=0.0, max_grad_norm=5.0, epochs=3.0)
+
+
 class DistilBertPretrain(Method):
     name = "distilbert-pretrain"
     description = ("DistilBERT general distillation on a text corpus: 5*T^2*KL + 2*MLM + 1*cosine(last hidden), "
@@ -279,7 +290,8 @@ class DistilBertPretrain(Method):
 
         groups = trainable_without_position_embeddings if p.freeze_position_embeddings else None
         return [Stage("distilbert-pretrain", loss, student_features=HIDDEN, teacher_features=HIDDEN,
-                      head=HeadType.MASKED_LM.value, prepare_batch=self.masker(context), param_groups=groups)]
+                      head=HeadType.MASKED_LM.value, prepare_batch=self.masker(context), param_groups=groups,
+                      optimization=PRETRAIN_OPTIMIZATION)]
 
 
 # --------------------------------------------------------------------------- task-specific distillation

@@ -1,17 +1,24 @@
-"""MobileBERT-style layer-wise knowledge transfer (Sun et al., 2020, §3.5-3.6).
+"""MobileBERT-style layer-wise knowledge transfer (Sun et al., 2020, §3.5-3.6), computed as the
+released TF code computes it (google-research ``mobilebert/run_pretraining.py``,
+``distill_util.py``, ``lamb_optimizer.py``); file and line of every fact, the deviations and the
+official bugs not copied: ``docs/fidelity.md``, section "MobileBERT".
 
-Objectives, per transformer layer ℓ = 1..L (the embedding output is not transferred):
+Objectives, per transformer layer ℓ = 1..L (the embedding output is not transferred); every term
+is ``factor · loss_ℓ / L`` (the code divides each summed transfer loss by the number of layers;
+``layer_reduction="sum"`` drops the ``1/L``) and averages over all ``B·L`` token positions and all
+query rows, padding included, as the code does (``token_reduction="real"``: real tokens and real
+query rows only):
 
-- FMT, feature-map transfer: ``fmt_form="normalized"`` (default, the official code):
+- FMT, feature-map transfer: ``fmt_form="normalized"`` (default, the code):
   ``hidden_weight·MSE(LN(h_T), LN(h_S)) + β·(μ_T − μ_S)² + γ·|σ²_T − σ²_S|`` with a
   non-trainable layer norm and per-token statistics over the hidden dim
-  (:func:`kdbench.losses.fmt_normalized_loss`); ``fmt_form="mse"`` is the paper's plain
-  ``hidden_weight·MSE(h_T, h_S)`` (:func:`kdbench.losses.fmt_mse_loss`). README factors:
-  hidden 100, β 5000, γ 5. Both average over REAL tokens (padding excluded).
-- AT, attention transfer: ``attention_weight·KL(p_T ‖ p_S)`` per head, averaged over heads and real
-  query rows; padded keys carry zero probability in both (computed from the captured pre-softmax
-  scores with ``log_softmax``). ``at_form="cross_entropy"`` gives the official code's
-  ``−Σ p_T·log p_S``.
+  (:func:`kdbench.losses.fmt_normalized_loss`); the teacher statistics are those of the matched
+  teacher layer (the released code's teacher_mean/teacher_var over the whole list of teacher
+  layers is a bug not copied). ``fmt_form="mse"`` is the paper's plain ``hidden_weight·MSE(h_T, h_S)``
+  (:func:`kdbench.losses.fmt_mse_loss`). Factors as the released command: hidden 100, β 5000, γ 5.
+- AT, attention transfer: per head and query row ``−Σ_keys p_T·log p_S`` (``at_form="cross_entropy"``,
+  default, the code) or the paper's ``KL(p_T ‖ p_S)`` (``at_form="kl"``: same gradient, smaller by
+  the teacher's entropy), from the captured pre-softmax scores with ``log_softmax``; factor 1.
 - PD, pre-training distillation (masked-LM tasks such as ``corpus``): MLM loss against
   ``pd_alpha·one_hot + (1 − pd_alpha)·softmax(teacher)`` (α = 0.5) on BERT-style dynamic masking.
   On other tasks the final objective is the task's supervised loss instead (``final`` stage "task").
@@ -20,12 +27,22 @@ Strategies (``strategy``):
 
 - ``auxiliary``: one stage, every layer's FMT/AT plus PD.
 - ``joint``: stage ``kt`` (every layer's FMT/AT), then stage ``pd``.
-- ``progressive`` (default): stages ``kt-L1`` … ``kt-LM`` (stage ℓ: layer ℓ's FMT/AT only), then
-  ``pd``. ``progressive_schedule="code"`` (default, official code): layers below ℓ and the
-  embeddings at ``lower_lr_scale`` (0.3)×, layer ℓ at ``current_lr_scale`` (3)×, higher layers and
-  the head frozen; ``"paper"``: only layer ℓ trains, everything else frozen. Frozen parameters get
-  ``requires_grad=False`` for the stage (so they neither move nor enter gradient clipping).
-  Optimiser groups are named ``lower`` / ``current-L<ℓ>``; the engine logs ``lr/<group>``.
+- ``progressive`` (default, the only strategy in the released code): stages ``kt-L1`` … ``kt-LM``
+  (stage ℓ: layer ℓ's FMT/AT only, still divided by L as the code's gated sum), then ``pd``.
+  ``progressive_schedule="code"`` (default): layer ℓ at ``current_lr_scale`` (3)×, layers below at
+  ``lower_lr_scale`` (0.3)×, higher layers, the embeddings and the head frozen (rate 0: everything
+  outside ``bert/encoder/layer_*`` gets a layer-wise rate of 0 in ``lamb_optimizer.py``);
+  ``"paper"``: only layer ℓ trains. Frozen parameters get ``requires_grad=False`` for the stage (so
+  they neither move nor enter gradient clipping). Optimiser groups are named ``lower`` /
+  ``current-L<ℓ>``; the engine logs ``lr/<group>``.
+
+Optimisation (declared per stage, :mod:`kdbench.optimization`; the run's explicit ``lr=``,
+``epochs=``, ``train.*`` values win): LAMB (:mod:`kdbench.lamb`) at 1.5e-3, β 0.9/0.999, ε 1e-6,
+weight decay 0.01, global-norm clipping 1.0, as the released command. Transfer stages: no warm-up,
+no decay, times the code's periodic background rate (``mobilebert-phase``: linear warm-up over
+the first ~10% of each layer's phase, then 1 → 0.9). PD: warm-up 2% (10k of 500k steps), then
+linear decay. ``joint``/``auxiliary`` have no released code: ``kt`` uses the transfer schedule
+(one phase), ``auxiliary`` the PD one.
 
 In ``joint`` and ``progressive`` the embeddings (and, when student and teacher heads have the same
 shapes, the head) are copied from the teacher first (``copy_from_teacher``); tensors whose names
@@ -34,12 +51,13 @@ or shapes differ are left as they are and listed in the log.
 Extensions beyond the paper (documented): when the feature maps differ in width, a learnable
 ``Linear(d_S → d_T)`` per transferred layer projects the student's map (``fmt_proj_L<ℓ>``, trained
 with layer ℓ); when depths differ, TinyBERT's uniform mapping student ℓ ↔ teacher ℓ·N/M
-(:func:`kdbench.layer_maps.mobilebert_mapping`). NSP is not implemented (the corpus task gives
-single segments).
+(:func:`kdbench.layer_maps.mobilebert_mapping`), and L is the number of student layers. NSP is not
+implemented (the corpus task gives single segments).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -54,6 +72,7 @@ from kdbench.features import FeatureRequest, Features
 from kdbench.layer_maps import LayerMapping, LayerMatch, mobilebert_mapping
 from kdbench.losses import attention_kl_loss_from_scores, fmt_mse_loss, fmt_normalized_loss, mixed_target_mlm_loss
 from kdbench.method import Method, MethodContext, ParamGroup, Stage, require_same_attention_heads
+from kdbench.optimization import Optimization
 from kdbench.plugins import METHODS
 from kdbench.search_space import FloatRange, SearchSpace
 from kdbench.task import HeadType
@@ -63,10 +82,23 @@ log = logging.getLogger("kdbench")
 
 STRATEGIES = ("auxiliary", "joint", "progressive")
 FMT_FORMS = ("normalized", "mse")
-AT_FORMS = ("kl", "cross_entropy")
+AT_FORMS = ("cross_entropy", "kl")
+TOKEN_REDUCTIONS = ("all", "real")
+LAYER_REDUCTIONS = ("mean", "sum")
 SCHEDULES = ("code", "paper")
 COPY_CHOICES = ("auto", "yes", "no")
 LOWER_GROUP = "lower"
+
+
+# The released distillation command (mobilebert/README.md) runs run_pretraining.py with
+# --optimizer=lamb --learning_rate=0.0015; optimization.create_optimizer builds LAMB with β 0.9/0.999,
+# ε 1e-6, weight decay 0.01 (LayerNorm/bias excluded) and clips the global gradient norm at 1.0.
+_LAMB = Optimization(optimizer="lamb", lr=1.5e-3, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.01,
+                     max_grad_norm=1.0)
+KT_OPTIMIZATION = dataclasses.replace(_LAMB, schedule="mobilebert-phase", warmup_ratio=0.0)
+"""Transfer phases: no warm-up, no decay (``end_lr_rate=1.0``), times the periodic background rate."""
+PD_OPTIMIZATION = dataclasses.replace(_LAMB, schedule="linear", warmup_ratio=0.02)
+"""Pre-training distillation: 10,000 warm-up steps of 500,000 (0.02), then linear decay."""
 
 
 def projection_key(student_layer: int) -> str:
@@ -80,7 +112,9 @@ class MobileBertParams:
     use_at: bool = True
     use_pd: bool = True  # the final objective: PD on masked-LM tasks, the task loss elsewhere
     fmt_form: str = "normalized"  # normalized (official code) | mse (paper)
-    at_form: str = "kl"  # kl (paper) | cross_entropy (official code; same gradient)
+    at_form: str = "cross_entropy"  # cross_entropy (official code) | kl (paper; same gradient)
+    token_reduction: str = "all"  # all (official: every B·L position, padding included) | real
+    layer_reduction: str = "mean"  # mean (official: each layer's term × factor / L) | sum
     hidden_weight: float = 100.0
     attention_weight: float = 1.0
     beta: float = 5000.0
@@ -88,7 +122,7 @@ class MobileBertParams:
     pd_alpha: float = 0.5
     pd_weight: float = 1.0
     mlm_probability: float = 0.15
-    progressive_schedule: str = "code"  # code (0.3x lower, 3x current) | paper (lower frozen)
+    progressive_schedule: str = "code"  # code (lower layers 0.3x, current 3x, embeddings frozen) | paper
     lower_lr_scale: float = 0.3
     current_lr_scale: float = 3.0
     copy_from_teacher: str = "auto"  # auto: in joint/progressive | yes | no
@@ -101,6 +135,8 @@ class MobileBertParams:
     def __post_init__(self) -> None:
         for name, value, allowed in (("strategy", self.strategy, STRATEGIES), ("fmt_form", self.fmt_form, FMT_FORMS),
                                      ("at_form", self.at_form, AT_FORMS),
+                                     ("token_reduction", self.token_reduction, TOKEN_REDUCTIONS),
+                                     ("layer_reduction", self.layer_reduction, LAYER_REDUCTIONS),
                                      ("progressive_schedule", self.progressive_schedule, SCHEDULES),
                                      ("copy_from_teacher", self.copy_from_teacher, COPY_CHOICES)):
             if value not in allowed:
@@ -129,10 +165,18 @@ class MobileBertParams:
 
 # ------------------------------------------------------------------------------------------- losses
 def layer_transfer_terms(student: Features, teacher: Features, match_hidden: LayerMatch, match_attention: LayerMatch,
-                         params: MobileBertParams, projection: nn.Module | None) -> dict[str, Tensor]:
-    """FMT and AT terms of one transferred layer, weighted, unsuffixed names."""
+                         params: MobileBertParams, projection: nn.Module | None,
+                         num_layers: int = 1) -> dict[str, Tensor]:
+    """FMT and AT terms of one transferred layer, weighted, unsuffixed names.
+
+    Each term is ``factor · loss / num_layers`` (``run_pretraining.py`` divides every summed
+    transfer loss by the number of layers; pass ``num_layers=1`` for ``layer_reduction="sum"``),
+    and averages over every ``B·L`` position and query row (``token_reduction="all"``, the code) or
+    over real tokens and real query rows only (``"real"``).
+    """
     terms: dict[str, Tensor] = {}
-    mask = student.attention_mask
+    mask = student.attention_mask if params.token_reduction == "real" else None
+    scale = 1.0 / num_layers
     if params.use_fmt:
         h_s = student.hidden_states[match_hidden.student]
         h_t = teacher.hidden_states[match_hidden.teacher]
@@ -140,13 +184,13 @@ def layer_transfer_terms(student: Features, teacher: Features, match_hidden: Lay
             h_s = projection(h_s)
         if params.fmt_form == "normalized":
             parts = fmt_normalized_loss(h_s, h_t, mask, beta=params.beta, gamma=params.gamma)
-            terms["fmt"] = params.hidden_weight * parts["fmt"]
-            terms["mean"] = parts["mean"]
-            terms["var"] = parts["var"]
+            terms["fmt"] = scale * params.hidden_weight * parts["fmt"]
+            terms["mean"] = scale * parts["mean"]
+            terms["var"] = scale * parts["var"]
         else:
-            terms["fmt"] = params.hidden_weight * fmt_mse_loss(h_s, h_t, mask)
+            terms["fmt"] = scale * params.hidden_weight * fmt_mse_loss(h_s, h_t, mask)
     if params.use_at:
-        terms["at"] = params.attention_weight * attention_kl_loss_from_scores(
+        terms["at"] = scale * params.attention_weight * attention_kl_loss_from_scores(
             student.attention_scores[match_attention.student], teacher.attention_scores[match_attention.teacher],
             mask, form=params.at_form)
     return terms
@@ -209,7 +253,9 @@ def progressive_groups(layer: int, params: MobileBertParams) -> Callable[[nn.Mod
             current += list(extras[key].parameters())
         if params.progressive_schedule == "paper":
             return _groups(student, extras, [(f"current-L{layer}", 1.0, current)])
-        lower = list(parts.embeddings) + [p for lay in parts.layers[: layer - 1] for p in lay]
+        # lamb_optimizer.py gives every variable outside bert/encoder/layer_* a rate of 0: the
+        # embeddings (and head) stay frozen; lower layers keep training at 0.3x.
+        lower = [p for lay in parts.layers[: layer - 1] for p in lay]
         return _groups(student, extras, [(f"current-L{layer}", params.current_lr_scale, current),
                                          (LOWER_GROUP, params.lower_lr_scale, lower)])
 
@@ -340,6 +386,7 @@ class MobileBertTransfer(Method):
         request = FeatureRequest(hidden_states=p.use_fmt, attention_scores=p.use_at)
         mapping = self.mapping(context) if p.transfers else LayerMapping([], [])
         pairs = list(zip(mapping.hidden, mapping.attention))
+        num_layers = len(pairs) if p.layer_reduction == "mean" else 1
         final = self._final_loss(head) if p.use_pd else None
         final_name = "pd" if head is HeadType.MASKED_LM else "task"
 
@@ -348,7 +395,7 @@ class MobileBertTransfer(Method):
                 total: dict[str, Tensor] = {}
                 for hidden, attention in selected:
                     layer_terms = layer_transfer_terms(student, teacher, hidden, attention, p,
-                                                       self._projection(hidden.student))
+                                                       self._projection(hidden.student), num_layers)
                     _add(total, layer_terms, f"/L{hidden.student}" if per_layer_names else "")
                 return total
 
@@ -357,7 +404,7 @@ class MobileBertTransfer(Method):
         if not p.transfers:
             return [Stage(final_name, lambda b, s, t: final(b, s, t), uses_teacher=final_name == "pd",
                           epochs=p.final_epochs, lr=p.final_lr, select_best=head is not HeadType.MASKED_LM,
-                          param_groups=everything, prepare_batch=prepare)]
+                          param_groups=everything, prepare_batch=prepare, optimization=self._final_optimization(head))]
 
         if p.strategy == "auxiliary":
             kt = transfer(pairs, per_layer_names=False)
@@ -370,14 +417,14 @@ class MobileBertTransfer(Method):
 
             return [Stage("auxiliary", auxiliary, student_features=request, teacher_features=request,
                           epochs=p.kt_epochs, lr=p.kt_lr, select_best=final is not None and head is not HeadType.MASKED_LM,
-                          param_groups=everything, prepare_batch=prepare)]
+                          param_groups=everything, prepare_batch=prepare, optimization=PD_OPTIMIZATION)]
 
         stages: list[Stage] = []
         if p.strategy == "joint":
             kt = transfer(pairs, per_layer_names=False)
             stages.append(Stage("kt", lambda b, s, t, kt=kt: kt(s, t), student_features=request,
                                 teacher_features=request, epochs=p.kt_epochs, lr=p.kt_lr, select_best=False,
-                                param_groups=everything, prepare_batch=prepare))
+                                param_groups=everything, prepare_batch=prepare, optimization=KT_OPTIMIZATION))
         else:
             per_stage = p.kt_epochs / len(pairs) if p.kt_epochs is not None else None
             for hidden, attention in pairs:
@@ -385,12 +432,20 @@ class MobileBertTransfer(Method):
                 kt = transfer([(hidden, attention)], per_layer_names=True)
                 stages.append(Stage(f"kt-L{layer}", lambda b, s, t, kt=kt: kt(s, t), student_features=request,
                                     teacher_features=request, epochs=per_stage, lr=p.kt_lr, select_best=False,
-                                    param_groups=progressive_groups(layer, p), prepare_batch=prepare))
+                                    param_groups=progressive_groups(layer, p), prepare_batch=prepare,
+                                    optimization=KT_OPTIMIZATION))
         if final is not None:
             stages.append(Stage(final_name, final, uses_teacher=final_name == "pd", epochs=p.final_epochs,
                                 lr=p.final_lr, select_best=head is not HeadType.MASKED_LM,
-                                param_groups=everything, prepare_batch=prepare))
+                                param_groups=everything, prepare_batch=prepare,
+                                optimization=self._final_optimization(head)))
         return stages
+
+    @staticmethod
+    def _final_optimization(head: HeadType) -> Optimization | None:
+        """PD on a masked-LM task: the released pre-training setup; a task's supervised loss: kdbench's
+        defaults (fine-tuning is not part of the released distillation command)."""
+        return PD_OPTIMIZATION if head is HeadType.MASKED_LM else None
 
     def _final_loss(self, head: HeadType) -> Callable[[Any, Features, Features | None], dict[str, Tensor]]:
         p = self.params

@@ -6,7 +6,23 @@ between the L2-normalised [CLS] vectors of student layers ``1..M−1`` and their
 (PKD-Skip: every ``N/M``-th teacher layer; PKD-Last: the last ``M−1`` layers below the top one).
 The student's top layer is left to the KD term, as in the official code.
 
-Differences from the official code, on purpose (see ``shared/notes/reference-semantics.md``):
+Defaults as the official runs (``scripts/run_student_patience.py``, ``src/argument_parser.py``):
+
+- teacher layers (``strategy=official``): the script's ``--fc_layer_idx`` for a 12-layer teacher,
+  ``1,3,5,7,9`` for 6 student layers (= skip: teacher layers 2, 4, 6, 8, 10) and ``9,10`` for 3
+  (teacher layers 10, 11, not skip's 4, 8); other depths use the skip rule. ``strategy=skip`` /
+  ``last`` / ``teacher_layers=[...]`` choose explicitly.
+- optimisation (declared on the stage; the run's explicit ``lr=``/``epochs=`` win): 4 epochs
+  (``--num_train_epochs 4.0``) at 1e-5 (the ``kd.cls`` preset's ``--learning_rate``; the script's
+  grid is {5e-5, 2e-5, 1e-5}), linear warm-up 0.1.
+- student initialisation: the official student starts from the bottom layers of the PRE-TRAINED
+  BERT (``--encoder_checkpoint`` defaults to ``pretrained/bert-base-uncased``), not of the
+  fine-tuned teacher. A kdbench run knows only the fine-tuned teacher (not the checkpoint it was
+  fine-tuned from), and the engine copies bottom layers only from the teacher, so the default
+  copies the fine-tuned teacher's bottom layers: a documented deviation until runs can name the
+  pre-trained checkpoint to copy from.
+
+Differences from the official code, on purpose (see ``docs/fidelity.md``):
 
 - the PT loss is computed in the training precision (the official code casts it to fp16);
 - training data is shuffled (the released script never shuffles);
@@ -22,6 +38,7 @@ from kdbench.features import HIDDEN, Features
 from kdbench.layer_maps import PKD_STRATEGIES, pkd_layers
 from kdbench.losses import pkd_loss, patient_loss, regression_kd_loss
 from kdbench.method import Method, MethodContext, Stage
+from kdbench.optimization import Optimization
 from kdbench.plugins import METHODS
 from kdbench.search_space import Choice, SearchSpace
 from kdbench.task import HeadType
@@ -36,6 +53,12 @@ PKD_GRID = {
 }
 
 
+STRATEGIES = ("official", *PKD_STRATEGIES)
+# run_student_patience.py, 12-layer teacher: --fc_layer_idx (0-based) per student depth, as 1-based layers.
+OFFICIAL_TEACHER_LAYERS = {(12, 6): (2, 4, 6, 8, 10), (12, 3): (10, 11)}
+PKD_OPTIMIZATION = Optimization(lr=1e-5, epochs=4.0)
+
+
 @dataclass
 class PKDParams:
     """Defaults: the official PKD preset (``kd.cls``): α 0.7, β 500, T 10, normalised patience.
@@ -43,7 +66,7 @@ class PKDParams:
     ``teacher_layers`` (1-based, one per student layer ``1..M−1``) overrides ``strategy``.
     """
 
-    strategy: str = "skip"  # skip | last
+    strategy: str = "official"  # official (the released runs' layers) | skip | last
     alpha: float = 0.7  # weight of the soft KD term; the hard-label CE gets 1 - alpha
     beta: float = 500.0  # weight of the patient (PT) loss
     temperature: float = 10.0
@@ -51,8 +74,8 @@ class PKDParams:
     teacher_layers: list[int] | None = None
 
     def __post_init__(self) -> None:
-        if self.strategy not in PKD_STRATEGIES:
-            raise ConfigError(f"pkd parameter strategy: must be one of {', '.join(PKD_STRATEGIES)}, "
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"pkd parameter strategy: must be one of {', '.join(STRATEGIES)}, "
                               f"got {self.strategy!r}")
         if not 0.0 <= self.alpha <= 1.0:
             raise ConfigError(f"pkd parameter alpha: must be in [0, 1], got {self.alpha!r}")
@@ -78,6 +101,9 @@ class PatientKD(Method):
             raise ConfigError(f"pkd: the student has {n_student} layers, more than the teacher's {n_teacher}")
         explicit = self.params.teacher_layers
         if explicit is None:
+            if self.params.strategy == "official":
+                official = OFFICIAL_TEACHER_LAYERS.get((n_teacher, n_student))
+                return list(official) if official is not None else pkd_layers("skip", n_teacher, n_student)
             return pkd_layers(self.params.strategy, n_teacher, n_student)
         if len(explicit) != n_student - 1:
             raise ConfigError(f"pkd parameter teacher_layers: {explicit} needs one teacher layer per student "
@@ -122,7 +148,7 @@ class PatientKD(Method):
                 terms["pt"] = p.beta * patient_loss(student_cls, teacher_cls, normalize=p.normalize)
             return terms
 
-        return [Stage("pkd", loss, student_features=HIDDEN, teacher_features=HIDDEN)]
+        return [Stage("pkd", loss, student_features=HIDDEN, teacher_features=HIDDEN, optimization=PKD_OPTIMIZATION)]
 
 
 METHODS.register("pkd", PatientKD)

@@ -24,12 +24,21 @@ plug-in reproduces (see ``shared/notes/reference-semantics.md``):
   (= no attention and no hidden), ``no_pred``. With ``no_pred`` the prediction stage trains the
   classifier on the gold labels (hard CE) instead of the teacher's soft targets: the paper reports
   dev scores for "w/o Pred", so its head was trained, and gold labels are the only other signal.
-- ``mode``: ``task`` (default; intermediate stage then prediction stage, the paper's epochs/lr:
-  20 epochs at 5e-5, then 3 epochs at 3e-5 — the README's prediction lr), ``general`` (general
+- ``mode``: ``task`` (default; intermediate stage then prediction stage), ``general`` (general
   distillation: intermediate losses only, 3 epochs at 5e-5; use the ``corpus`` task with a
   pre-trained, not fine-tuned, teacher; the run's ``model/`` is the reusable general student),
-  ``intermediate`` or ``prediction`` (one stage alone, as the official two commands). A stage's
-  ``*_epochs``/``*_lr`` set to ``none`` falls back to the run's ``epochs``/``lr``.
+  ``intermediate`` or ``prediction`` (one stage alone, as the official two commands).
+- Optimisation, declared per stage (:mod:`kdbench.optimization`): the intermediate stage runs at a
+  constant 5e-5 without warm-up (``task_distill.py`` builds ``BertAdam(schedule='none')`` when not
+  ``--pred_distill``) for the paper's epochs per task (§4.2: 10 on MNLI, QQP and QNLI, 50 on CoLA,
+  20 elsewhere); the prediction stage 3 epochs at 3e-5 (README) with linear warm-up 0.1 and decay.
+  The run's explicit ``lr=``/``epochs=``/``train.*`` values win over these, and a stage's own
+  ``intermediate_lr=``, ``prediction_epochs=`` ... win over the run's.
+- Not copied (deviations of the official code): ``task_distill.py`` never puts the teacher in eval
+  mode, so its dropout is on while it produces targets; kdbench's teacher runs in eval mode. The
+  official ``TinyBertForSequenceClassification`` computes ``classifier(relu(pooled))``; kdbench uses
+  the standard Hugging Face head ``classifier(dropout(pooled))`` so students and teachers stay
+  ordinary ``transformers`` models.
 
 Data augmentation is not part of the method: ``kdbench augment TASK ...`` writes the augmented
 training file once (cached, keyed by its inputs) and runs use it with ``train_file=...``, as the
@@ -49,6 +58,7 @@ from kdbench.features import ATTENTION_SCORES, HIDDEN, NO_FEATURES, Features
 from kdbench.layer_maps import LayerMapping, LayerMatch, tinybert_mapping
 from kdbench.losses import hidden_mse_loss, regression_mse_loss, soft_cross_entropy, tinybert_attention_loss
 from kdbench.method import Method, MethodContext, Stage
+from kdbench.optimization import Optimization
 from kdbench.plugins import METHODS
 from kdbench.search_space import Choice, FloatRange, SearchSpace
 from kdbench.task import HeadType
@@ -79,12 +89,14 @@ class TinyBERTParams:
     layer_weights: list[float] | None = None  # λ_0..λ_M (embedding, then each student layer)
     prediction_weight: float = 1.0  # λ_{M+1}
     temperature: float = 1.0
-    intermediate_epochs: float | None = 20.0  # paper §4.2 (10 for MNLI/QQP/QNLI, 50 for CoLA)
-    intermediate_lr: float | None = 5e-5
-    prediction_epochs: float | None = 3.0
-    prediction_lr: float | None = 3e-5  # README example; the paper picks from {1e-5, 2e-5, 3e-5}
-    general_epochs: float | None = 3.0
-    general_lr: float | None = 5e-5
+    # None: the stage's declaration (intermediate_optimization etc.), overridable by the run's lr=/epochs=;
+    # a value given here wins for that stage.
+    intermediate_epochs: float | None = None
+    intermediate_lr: float | None = None
+    prediction_epochs: float | None = None
+    prediction_lr: float | None = None
+    general_epochs: float | None = None
+    general_lr: float | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -229,15 +241,16 @@ class TinyBERT(Method):
         p = self.params
         stages: list[Stage] = []
         if p.mode == "general":
-            return [self._intermediate_stage(context, "general", p.general_epochs, p.general_lr)]
+            return [self._intermediate_stage(context, "general", p.general_epochs, p.general_lr, GENERAL_OPTIMIZATION)]
         if p.mode in ("task", "intermediate") and p.intermediate_objectives:
-            stages.append(self._intermediate_stage(context, "intermediate", p.intermediate_epochs, p.intermediate_lr))
+            stages.append(self._intermediate_stage(context, "intermediate", p.intermediate_epochs, p.intermediate_lr,
+                                                   intermediate_optimization(context.task.name)))
         if p.mode in ("task", "prediction"):
             stages.append(self._prediction_stage(context))
         return stages
 
     def _intermediate_stage(self, context: MethodContext, name: str, epochs: float | None,
-                            lr: float | None) -> Stage:
+                            lr: float | None, optimization: Optimization) -> Stage:
         p = self.params
         mapping = self.mapping(context)
         embedding_pairs = [m for m in mapping.hidden if m.student == 0] if p.use_embedding else []
@@ -265,7 +278,7 @@ class TinyBERT(Method):
 
         # The head is not trained here, so dev scores mean nothing: keep the last state.
         return Stage(name, loss, student_features=request, teacher_features=request, epochs=epochs, lr=lr,
-                     select_best=False)
+                     select_best=False, optimization=optimization)
 
     def _prediction_stage(self, context: MethodContext) -> Stage:
         p = self.params
@@ -290,7 +303,22 @@ class TinyBERT(Method):
                 return {"pred": weight * soft}
             raise ConfigError(f"tinybert does not support task head {head.value!r}")
 
-        return Stage("prediction", loss, uses_teacher=uses_teacher, epochs=p.prediction_epochs, lr=p.prediction_lr)
+        return Stage("prediction", loss, uses_teacher=uses_teacher, epochs=p.prediction_epochs, lr=p.prediction_lr,
+                     optimization=PREDICTION_OPTIMIZATION)
+
+
+# Paper §4.2: intermediate-layer distillation for 10 epochs on the large tasks, 50 on CoLA, 20 elsewhere.
+INTERMEDIATE_EPOCHS = {"mnli": 10.0, "mnli-mm": 10.0, "qqp": 10.0, "qnli": 10.0, "cola": 50.0}
+DEFAULT_INTERMEDIATE_EPOCHS = 20.0
+PREDICTION_OPTIMIZATION = Optimization(lr=3e-5, epochs=3.0)  # README's prediction-stage example
+GENERAL_OPTIMIZATION = Optimization(lr=5e-5, epochs=3.0)
+
+
+def intermediate_optimization(task: str) -> Optimization:
+    """``BertAdam(schedule='none')`` in ``task_distill.py``: a constant rate, no warm-up; 5e-5 and the
+    paper's epochs for ``task``."""
+    return Optimization(lr=5e-5, schedule="constant", warmup_ratio=0.0,
+                        epochs=INTERMEDIATE_EPOCHS.get(task, DEFAULT_INTERMEDIATE_EPOCHS))
 
 
 @dataclass

@@ -27,7 +27,7 @@ from kdbench.engine.evaluation import evaluate_student
 from kdbench.engine.models import DistillationModule, training_device
 from kdbench.engine.planning import RunPlan, check_model_paths_exist, plan_run
 from kdbench.engine.setup import prepare_run
-from kdbench.engine.trainer import DistillationTrainer, ResumeLogger, training_arguments
+from kdbench.engine.trainer import DistillationTrainer, ResumeLogger, stage_optimization, training_arguments
 from kdbench.errors import TrainingOutOfMemoryError, is_out_of_memory
 from kdbench.method import Stage
 from kdbench.records import (RESULT_FILE, SCHEMA_VERSION, kdbench_revision, library_versions, read_record,
@@ -50,6 +50,7 @@ class StageResult:
     resumed_from: str | None = None
     skipped: bool = False
     final_loss_terms: dict[str, float] = field(default_factory=dict)  # per-term means, last logged window
+    optimization: dict[str, Any] = field(default_factory=dict)  # resolved values and where each came from
 
 
 def run_experiment(config: RunConfig, callbacks: Sequence[TrainerCallback] = ()) -> Path:
@@ -163,8 +164,9 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
     if stage.uses_teacher and teacher is None:
         raise ConfigError(f"stage {stage.name!r} needs a teacher")
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    print(f"[kdbench] stage {index}: {stage.name} (lr {stage.lr or config.train.lr}, "
-          f"epochs {stage.epochs or config.train.epochs}"
+    optimization = stage_optimization(config, stage)
+    print(f"[kdbench] stage {index}: {stage.name} ({optimization.optimizer} lr {optimization.lr:g}, "
+          f"{optimization.schedule} schedule, epochs {optimization.epochs:g}"
           f"{f', {world} processes' if world > 1 else ''})", flush=True)
     checkpoint = last_complete_checkpoint(folder)
     args = training_arguments(config, stage, folder, task.spec.main_metric, has_eval=bool(eval_splits))
@@ -184,6 +186,7 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
         eval_splits=eval_splits,
         eval_tokenizer=tokenizer,
         cached_teacher=teacher_cache.for_stage(stage) if teacher_cache is not None and stage.uses_teacher else None,
+        optimization=optimization,
     )
     started = time.perf_counter()
     try:
@@ -200,7 +203,8 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
     if trainer.state.best_metric is not None:
         metrics[args.metric_for_best_model] = trainer.state.best_metric
     result = StageResult(stage.name, trainer.state.global_step, round(seconds, 2), metrics, checkpoint,
-                         final_loss_terms={name: round(value, 6) for name, value in trainer.last_loss_terms.items()})
+                         final_loss_terms={name: round(value, 6) for name, value in trainer.last_loss_terms.items()},
+                         optimization=optimization.to_dict())
     if is_main_process():
         save_module(module, folder / "final", tokenizer)
         write_json_atomic(done, result.__dict__)

@@ -18,7 +18,9 @@ from kdbench.engine.checkpoints import load_module, save_module
 from kdbench.engine.evaluation import evaluate_student, model_inputs
 from kdbench.engine.optimizer import build_adamw
 from kdbench.features import Features
+from kdbench.lamb import Lamb
 from kdbench.method import ParamGroup, Stage, all_parameters
+from kdbench.optimization import ResolvedOptimization, mobilebert_phase_factor, resolve_stage
 from kdbench.task import EncodedSplit, Task
 
 log = logging.getLogger("kdbench")
@@ -33,9 +35,13 @@ class DistillationTrainer(Trainer):
 
     def __init__(self, *args: Any, stage: Stage, teacher: PreTrainedModel | None, teacher_order: list[int] | None,
                  task: Task, eval_splits: list[EncodedSplit], eval_tokenizer: Any,
-                 cached_teacher: CachedTeacher | None = None, **kwargs: Any):
+                 cached_teacher: CachedTeacher | None = None, optimization: ResolvedOptimization | None = None,
+                 **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.stage = stage
+        # The optimiser kind and schedule the stage resolved to; lr, betas, epsilon, weight decay and
+        # clipping come from ``args`` (see training_arguments). None: AdamW with ``args``' schedule.
+        self.optimization = optimization
         self.teacher = teacher if stage.uses_teacher else None
         self.teacher_order = teacher_order
         self.kd_task = task
@@ -125,6 +131,7 @@ class DistillationTrainer(Trainer):
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
         if self.optimizer is None:
             module = self.model
+            lamb = self.optimization is not None and self.optimization.optimizer == "lamb"
             groups: list[ParamGroup] = (self.stage.param_groups or all_parameters)(module.student, module.extras)
             names = {id(p): n for n, p in module.named_parameters()}
             decay_names = set(self.get_decay_parameter_names(module))
@@ -138,10 +145,27 @@ class DistillationTrainer(Trainer):
                     if chosen:
                         param_groups.append({"params": chosen, "lr": lr, "weight_decay": weight_decay,
                                              "name": group.name})
+                        if lamb:  # lamb_optimizer.py: biases and LayerNorm weights skip decay and trust ratio
+                            param_groups[-1]["layer_adaptation"] = chosen is decay
             if not param_groups:
                 raise ConfigError(f"stage {self.stage.name!r} has no trainable parameters")
-            self.optimizer = build_adamw(param_groups, lr=self.args.learning_rate)
+            betas = (self.args.adam_beta1, self.args.adam_beta2)
+            if lamb:
+                self.optimizer = Lamb(param_groups, lr=self.args.learning_rate, betas=betas, eps=self.args.adam_epsilon)
+            else:
+                self.optimizer = build_adamw(param_groups, lr=self.args.learning_rate, betas=betas,
+                                             eps=self.args.adam_epsilon)
         return self.optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
+        if self.lr_scheduler is None and self.optimization is not None \
+                and self.optimization.schedule == "mobilebert-phase":
+            steps = num_training_steps
+            self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
+                optimizer if optimizer is not None else self.optimizer,
+                lambda step: mobilebert_phase_factor(step, steps))
+            return self.lr_scheduler
+        return super().create_scheduler(num_training_steps, optimizer)
 
     # -- evaluation ------------------------------------------------------------------------
     def evaluate(self, eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval") -> dict[str, float]:
@@ -195,22 +219,36 @@ def resolved_precision(config: RunConfig) -> str:
     return precision
 
 
+SCHEDULER_TYPES = {"linear": "linear", "constant": "constant_with_warmup",
+                   "mobilebert-phase": "constant"}  # the last is replaced in create_scheduler
+
+
+def stage_optimization(config: RunConfig, stage: Stage) -> ResolvedOptimization:
+    """The stage's optimisation: the run's explicit values, else the stage's declaration, else kdbench's."""
+    return resolve_stage(stage, config.train)
+
+
 def training_arguments(config: RunConfig, stage: Stage, folder: Path, main_metric: str, has_eval: bool) -> TrainingArguments:
     train = config.train
+    optimization = stage_optimization(config, stage)
     precision = resolved_precision(config)
     evaluate_now = has_eval and stage.select_best
     strategy = "steps" if train.eval_steps else "epoch"
     return TrainingArguments(
         output_dir=str(folder),
-        num_train_epochs=stage.epochs if stage.epochs is not None else train.epochs,
+        num_train_epochs=optimization.epochs,
         max_steps=train.max_steps,
         per_device_train_batch_size=train.batch_size,
         per_device_eval_batch_size=train.eval_batch_size,
         gradient_accumulation_steps=train.grad_accum,
-        learning_rate=stage.lr if stage.lr is not None else train.lr,
-        weight_decay=train.weight_decay,
-        warmup_steps=train.warmup_ratio,
-        lr_scheduler_type="linear",
+        learning_rate=optimization.lr,
+        weight_decay=optimization.weight_decay,
+        warmup_steps=optimization.warmup_ratio,
+        lr_scheduler_type=SCHEDULER_TYPES[optimization.schedule],
+        adam_beta1=optimization.beta1,
+        adam_beta2=optimization.beta2,
+        adam_epsilon=optimization.eps,
+        max_grad_norm=optimization.max_grad_norm,
         eval_strategy=strategy if evaluate_now else "no",
         save_strategy=strategy,
         eval_steps=train.eval_steps,

@@ -123,16 +123,34 @@ def test_pd_mixed_targets_hand_computed():
 
 
 # ------------------------------------------------------------------------- per-layer terms (method)
-def test_layer_transfer_terms_apply_readme_factors():
+def test_layer_transfer_terms_apply_readme_factors_over_every_position_by_default():
     s_scores, t_scores = _scores()
     student = Features(hidden_states=(S_FMT, S_FMT), attention_scores=(s_scores,), attention_mask=MASK)
     teacher = Features(hidden_states=(T_FMT, T_FMT), attention_scores=(t_scores,), attention_mask=MASK)
+    # default = run_pretraining.py: every B·L token and every query row, padding included
     terms = layer_transfer_terms(student, teacher, LayerMatch(1, 1), LayerMatch(0, 0), MobileBertParams(), None)
-    assert terms["fmt"].item() == pytest.approx(100.0 * 2.0)  # hidden factor 100
-    assert terms["mean"].item() == pytest.approx(2500.0)  # beta 5000 inside
-    assert terms["var"].item() == pytest.approx(7.5)  # gamma 5 inside
-    assert terms["at"].item() == pytest.approx(KL_ROW / 2, rel=1e-6)  # attention factor 1
+    assert terms["fmt"].item() == pytest.approx(100.0 * (4 + 0 + 1) / 3)  # hidden factor 100
+    assert terms["mean"].item() == pytest.approx(5000.0 * (0 + 1 + 0) / 3)  # beta 5000 inside
+    assert terms["var"].item() == pytest.approx(5.0 * (3 + 0 + 25) / 3)  # gamma 5 inside
+    # cross-entropy (the code's AT form) over 2 heads x 3 query rows; padded query rows: teacher
+    # (1/2, 1/2) against student (0.9, 0.1) in head 1 and softmax(5, 0) in head 2
+    p5 = math.exp(5.0) / (math.exp(5.0) + 1.0)
+    rows = [math.log(2.0)] * 4 + [-(0.5 * math.log(0.9) + 0.5 * math.log(0.1)),
+                                  -(0.5 * math.log(p5) + 0.5 * math.log(1.0 - p5))]
+    assert terms["at"].item() == pytest.approx(sum(rows) / 6, rel=1e-6)  # attention factor 1
+    # L transferred layers: every term is divided by L, as the code's factor / num_layers
+    quarter = layer_transfer_terms(student, teacher, LayerMatch(1, 1), LayerMatch(0, 0), MobileBertParams(), None,
+                                   num_layers=4)
+    assert all(quarter[k].item() == pytest.approx(terms[k].item() / 4) for k in terms)
+    # the real-token option and the paper's KL
+    real = layer_transfer_terms(student, teacher, LayerMatch(1, 1), LayerMatch(0, 0),
+                                MobileBertParams(token_reduction="real", at_form="kl"), None)
+    assert real["fmt"].item() == pytest.approx(100.0 * 2.0)
+    assert real["mean"].item() == pytest.approx(2500.0)
+    assert real["var"].item() == pytest.approx(7.5)
+    assert real["at"].item() == pytest.approx(KL_ROW / 2, rel=1e-6)
     paper = layer_transfer_terms(student, teacher, LayerMatch(1, 1), LayerMatch(0, 0),
-                                 MobileBertParams(fmt_form="mse", use_at=False, hidden_weight=1.0), None)
+                                 MobileBertParams(fmt_form="mse", use_at=False, hidden_weight=1.0,
+                                                  token_reduction="real"), None)
     expected_mse = ((9 + 9) / 2 + (1 + 1) / 2) / 2  # token 1: (1-4)^2,(3-0)^2; token 2: 1, 1
     assert set(paper) == {"fmt"} and paper["fmt"].item() == pytest.approx(expected_mse)

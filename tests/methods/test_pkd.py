@@ -9,10 +9,11 @@ import pytest
 import torch
 from transformers import BertConfig
 
-from kdbench.config import ConfigError, RunConfig, build_run_config
+from kdbench.config import ConfigError, RunConfig, TrainConfig, build_run_config
 from kdbench.features import Features
 from kdbench.losses import kd_kl_loss, patient_loss, pkd_loss
 from kdbench.method import MethodContext
+from kdbench.optimization import resolve_stage
 from kdbench.plugins import METHODS
 from kdbench.search_space import Choice
 from kdbench.students import resolve_teacher_layers
@@ -132,14 +133,19 @@ def test_default_init_is_the_teachers_bottom_layers(n_teacher: int, n_student: i
 def test_defaults_are_the_official_preset_and_grid_is_the_papers() -> None:
     pkd = METHODS.get("pkd")()
     assert (pkd.params.alpha, pkd.params.beta, pkd.params.temperature, pkd.params.normalize) == (0.7, 500.0, 10.0, True)
-    assert pkd.params.strategy == "skip"
+    assert pkd.params.strategy == "official"
+    # run_student_patience.py: --fc_layer_idx 1,3,5,7,9 (12 -> 6) and 9,10 (12 -> 3), 0-based
+    assert pkd.teacher_layers(12, 6) == [2, 4, 6, 8, 10] and pkd.teacher_layers(12, 3) == [10, 11]
+    assert pkd.teacher_layers(6, 3) == [2, 4]  # no official run: the skip rule
+    resolved = resolve_stage(pkd.stages(context(12, 3))[0], TrainConfig())
+    assert (resolved.lr, resolved.epochs) == (1e-5, 4.0) and resolved.sources["lr"] == "method"
     space = pkd.search_space()
     assert space == {"temperature": Choice((5.0, 10.0, 20.0)), "alpha": Choice((0.2, 0.5, 0.7)),
                      "beta": Choice((10.0, 100.0, 500.0, 1000.0)), "lr": Choice((1e-5, 2e-5, 5e-5))}
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [
-    ("strategy", "middle", "strategy: must be one of skip, last, got 'middle'"),
+    ("strategy", "middle", "strategy: must be one of official, skip, last, got 'middle'"),
     ("alpha", "1.5", "alpha: must be in \\[0, 1\\], got 1.5"),
     ("beta", "-1", "beta"),
     ("temperature", "0", "temperature"),

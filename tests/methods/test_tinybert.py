@@ -11,9 +11,11 @@ import torch.nn.functional as F
 from transformers import BertConfig, BertForSequenceClassification
 
 from kdbench.capture import FeatureCapture
-from kdbench.config import ConfigError, RunConfig
+from kdbench.config import ConfigError, RunConfig, TrainConfig
 from kdbench.features import Features
 from kdbench.method import MethodContext
+from kdbench.methods.tinybert import intermediate_optimization
+from kdbench.optimization import resolve_stage
 from kdbench.plugins import METHODS
 from kdbench.task import HeadType, TaskSpec
 
@@ -56,11 +58,25 @@ def test_task_mode_has_intermediate_then_prediction_with_paper_defaults():
     stages = m.stages(ctx)
     assert [s.name for s in stages] == ["intermediate", "prediction"]
     inter, pred = stages
-    assert (inter.epochs, inter.lr, inter.select_best) == (20.0, 5e-5, False)
+    # the paper's values are the stages' declarations; run values given explicitly win over them
+    generic = TrainConfig()
+    inter_opt, pred_opt = resolve_stage(inter, generic), resolve_stage(pred, generic)
+    assert (inter_opt.epochs, inter_opt.lr, inter_opt.schedule, inter_opt.warmup_ratio) == (20.0, 5e-5, "constant", 0.0)
+    assert inter_opt.sources["schedule"] == "method" and not inter.select_best
     assert inter.student_features.hidden_states and inter.student_features.attention_scores
     assert inter.teacher_features == inter.student_features
-    assert (pred.epochs, pred.lr, pred.select_best, pred.uses_teacher) == (3.0, 3e-5, True, True)
+    assert (pred_opt.epochs, pred_opt.lr, pred_opt.schedule) == (3.0, 3e-5, "linear")
+    assert (pred.select_best, pred.uses_teacher) == (True, True)
     assert not pred.student_features.any
+    explicit = resolve_stage(inter, TrainConfig(lr=1e-4, epochs=2.0))
+    assert (explicit.lr, explicit.epochs, explicit.schedule) == (1e-4, 2.0, "constant")
+    assert (explicit.sources["lr"], explicit.sources["epochs"]) == ("run", "run")
+
+
+@pytest.mark.parametrize("task, epochs", [("mnli", 10.0), ("qqp", 10.0), ("qnli", 10.0), ("cola", 50.0),
+                                          ("rte", 20.0), ("sst2", 20.0)])
+def test_intermediate_stage_epochs_follow_the_paper_per_task(task, epochs):
+    assert intermediate_optimization(task).epochs == epochs
 
 
 def test_general_mode_is_intermediate_only_and_has_its_own_name():
@@ -68,17 +84,20 @@ def test_general_mode_is_intermediate_only_and_has_its_own_name():
     ctx = context()
     m.extra_modules(ctx)
     (stage,) = m.stages(ctx)
-    assert (stage.name, stage.epochs, stage.lr, stage.select_best) == ("general", 3.0, 5e-5, False)
+    resolved = resolve_stage(stage, TrainConfig())
+    assert (stage.name, resolved.epochs, resolved.lr, stage.select_best) == ("general", 3.0, 5e-5, False)
     with pytest.raises(ConfigError, match="no_pred"):
         METHODS.get("tinybert").from_overrides({"mode": "general", "no_pred": "true"})
 
 
-def test_none_falls_back_to_the_run_epochs_and_lr():
-    m = method(intermediate_epochs="none", prediction_lr="none")
+def test_a_stage_parameter_wins_over_the_run_value():
+    m = method(intermediate_epochs="4", prediction_lr="1e-5")
     ctx = context()
     m.extra_modules(ctx)
     inter, pred = m.stages(ctx)
-    assert inter.epochs is None and pred.lr is None
+    run = TrainConfig(lr=2e-5, epochs=7.0)
+    assert resolve_stage(inter, run).epochs == 4.0 and resolve_stage(inter, run).sources["epochs"] == "stage"
+    assert resolve_stage(pred, run).lr == 1e-5 and resolve_stage(pred, run).epochs == 7.0
 
 
 # --------------------------------------------------------------------------- loss terms by hand

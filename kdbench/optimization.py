@@ -1,0 +1,155 @@
+"""How a training stage is optimised: declared by the method, overridable by the run.
+
+A method declares, per stage, the optimisation its authors' scripts use (:class:`Optimization`:
+optimiser, learning rate, schedule, warm-up, betas, epsilon, weight decay, gradient clipping,
+epochs); a field it leaves ``None`` takes kdbench's generic default (:data:`GENERIC`, the Hugging
+Face ``Trainer``'s usual fine-tuning setup). A value the user gives explicitly for the run
+(``lr=``, ``epochs=``, ``warmup_ratio=``, ``weight_decay=``, any ``train.*`` optimisation field on
+the command line or in the YAML file) wins over both, for every stage; a stage's own ``epochs`` /
+``lr`` (set from a per-stage method parameter the user gave, e.g. ``kt_lr=``) win over that.
+:func:`resolve_stage` applies that order and says where each value came from; the engine builds
+the optimiser and schedule from the resolved values and ``result.json`` records them per stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+OPTIMIZERS = ("adamw", "lamb")
+SCHEDULES = ("linear", "constant", "mobilebert-phase")
+"""``linear``: linear warm-up, then linear decay to 0 (BERT, ``Trainer``'s default). ``constant``:
+linear warm-up (if any), then constant. ``mobilebert-phase``: the background rate of MobileBERT's
+progressive transfer (:func:`mobilebert_phase_factor`), one period per stage."""
+
+# TrainConfig field -> Optimization field; a non-None TrainConfig value is an explicit run override.
+RUN_FIELDS = {
+    "optimizer": "optimizer",
+    "lr": "lr",
+    "lr_schedule": "schedule",
+    "warmup_ratio": "warmup_ratio",
+    "adam_beta1": "beta1",
+    "adam_beta2": "beta2",
+    "adam_epsilon": "eps",
+    "weight_decay": "weight_decay",
+    "max_grad_norm": "max_grad_norm",
+    "epochs": "epochs",
+}
+
+
+def check_optimization_values(values: Any, where: str) -> None:
+    """Raise :class:`kdbench.config.ConfigError` naming the first invalid field that is set."""
+    from kdbench.config import ConfigError
+
+    def bad(name: str, rule: str) -> None:
+        raise ConfigError(f"{where}.{name}: {rule}, got {getattr(values, name)!r}")
+
+    def get(name: str) -> Any:
+        return getattr(values, name, None)
+
+    if get("optimizer") is not None and get("optimizer") not in OPTIMIZERS:
+        bad("optimizer", f"must be one of {', '.join(OPTIMIZERS)}")
+    schedule_name = "schedule" if hasattr(values, "schedule") else "lr_schedule"
+    if get(schedule_name) is not None and get(schedule_name) not in SCHEDULES:
+        bad(schedule_name, f"must be one of {', '.join(SCHEDULES)}")
+    for name in ("lr", "epochs"):
+        if get(name) is not None and not get(name) > 0:
+            bad(name, "must be > 0")
+    if get("warmup_ratio") is not None and not 0 <= get("warmup_ratio") < 1:
+        bad("warmup_ratio", "must be in [0, 1)")
+    for name in ("beta1", "beta2", "adam_beta1", "adam_beta2"):
+        if get(name) is not None and not 0 <= get(name) < 1:
+            bad(name, "must be in [0, 1)")
+    for name in ("eps", "adam_epsilon"):
+        if get(name) is not None and not get(name) > 0:
+            bad(name, "must be > 0")
+    for name in ("weight_decay", "max_grad_norm"):
+        if get(name) is not None and not get(name) >= 0:
+            bad(name, "must be >= 0")
+
+
+@dataclass(frozen=True)
+class Optimization:
+    """A stage's optimisation; ``None`` = not declared (the run's value, else :data:`GENERIC`)."""
+
+    optimizer: str | None = None  # adamw | lamb (kdbench.lamb, MobileBERT's lamb_optimizer.py)
+    lr: float | None = None
+    schedule: str | None = None  # see SCHEDULES
+    warmup_ratio: float | None = None  # fraction of the stage's steps
+    beta1: float | None = None
+    beta2: float | None = None
+    eps: float | None = None
+    weight_decay: float | None = None  # never applied to biases and LayerNorm weights
+    max_grad_norm: float | None = None  # global-norm clipping; 0 = none
+    epochs: float | None = None
+
+    def __post_init__(self) -> None:
+        check_optimization_values(self, where="optimization")
+
+
+GENERIC = Optimization(optimizer="adamw", lr=5e-5, schedule="linear", warmup_ratio=0.1, beta1=0.9, beta2=0.999,
+                       eps=1e-8, weight_decay=0.01, max_grad_norm=1.0, epochs=3.0)
+"""kdbench's defaults for whatever neither the run nor the stage declares."""
+
+
+@dataclass(frozen=True)
+class ResolvedOptimization:
+    """Every field set; ``sources`` names where each came from: ``stage`` (a per-stage method
+    parameter), ``run`` (an explicit run value), ``method`` (the stage's declaration) or ``default``."""
+
+    optimizer: str
+    lr: float
+    schedule: str
+    warmup_ratio: float
+    beta1: float
+    beta2: float
+    eps: float
+    weight_decay: float
+    max_grad_norm: float
+    epochs: float
+    sources: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def resolve(declared: Optimization | None, train: Any) -> ResolvedOptimization:
+    """Resolve a stage's optimisation: explicit run values (non-``None`` fields of ``train``, a
+    :class:`kdbench.config.TrainConfig`) > the stage's declaration > :data:`GENERIC`."""
+    declared = declared or Optimization()
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    run_values = {opt_name: getattr(train, run_name, None) for run_name, opt_name in RUN_FIELDS.items()}
+    for f in dataclasses.fields(Optimization):
+        name = f.name
+        if run_values.get(name) is not None:
+            values[name], sources[name] = run_values[name], "run"
+        elif getattr(declared, name) is not None:
+            values[name], sources[name] = getattr(declared, name), "method"
+        else:
+            values[name], sources[name] = getattr(GENERIC, name), "default"
+    return ResolvedOptimization(**values, sources=sources)
+
+
+def mobilebert_phase_factor(step: int, steps_per_phase: int) -> float:
+    """MobileBERT's background learning-rate factor (``distill_util.get_background_lr``) at ``step``
+    of a phase of ``steps_per_phase`` steps: ``min(10·t/T, 0.9 + 0.1·sqrt(1 − t/T))`` with
+    ``t = step mod T`` — a linear warm-up over the first ~10% of the phase, then a slow decay from
+    1 to 0.9. A one-step phase gets 1."""
+    if steps_per_phase <= 1:
+        return 1.0
+    t = (step % steps_per_phase) / steps_per_phase
+    return min(10.0 * t, 0.9 + 0.1 * math.sqrt(1.0 - t))
+
+
+def resolve_stage(stage: Any, train: Any) -> ResolvedOptimization:
+    """:func:`resolve` for a :class:`kdbench.method.Stage` and a run's ``train`` section; the
+    stage's own ``epochs`` / ``lr`` (the user's per-stage method parameters, e.g. ``kt_lr=``) win
+    over everything (source ``stage``)."""
+    resolved = resolve(stage.optimization, train)
+    chosen = {name: getattr(stage, name) for name in ("epochs", "lr") if getattr(stage, name, None) is not None}
+    if not chosen:
+        return resolved
+    return dataclasses.replace(resolved, **chosen, sources={**resolved.sources, **dict.fromkeys(chosen, "stage")})

@@ -114,6 +114,9 @@ class RunConfig:
     tokenizer: str | None = None  # default: the teacher's, else the student's
     student_init: str = "auto"  # auto | random | teacher (copy teacher layers) | pretrained
     student_layers: str | list[int] = "auto"  # auto | bottom | every-other | explicit 0-based list
+    # Copy the student's layers from this model instead of the teacher (Hub id, folder or alias): BERT-PKD
+    # and DistilBERT start their students from the pre-trained, not the fine-tuned, BERT.
+    student_init_from: str | None = None
     method_params: dict[str, Any] = field(default_factory=dict)
     train: TrainConfig = field(default_factory=TrainConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -138,12 +141,13 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def identity(self) -> dict[str, Any]:
-        """Everything that determines the result (the output location does not)."""
+        """Everything that determines the result (the output location does not). Unset (``None``)
+        values are left out, so adding an optional field does not change existing runs' identities."""
         data = self.to_dict()
         data.pop("output")
         for name in SPEED_ONLY_TRAIN_KEYS:
             data["train"].pop(name, None)
-        return data
+        return _without_none(data)
 
     def config_hash(self) -> str:
         """Hash of the config alone; a run's folder also covers its inputs' content
@@ -255,7 +259,13 @@ def build_run_config(values: dict[str, Any]) -> RunConfig:
     return from_mapping(RunConfig, {**top, "train": train, "data": data, "method_params": method_params}, where="")
 
 
-MODEL_KEYS = ("teacher", "student", "tokenizer")
+def _without_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _without_none(item) for key, item in value.items() if item is not None}
+    return value
+
+
+MODEL_KEYS = ("teacher", "student", "tokenizer", "student_init_from")
 HUB_SOURCE_PREFIX = "hub:"
 
 

@@ -135,14 +135,19 @@ def build_student(plan: RunPlan, teacher: PreTrainedModel | None, tokenizer: Any
         student = head_class.from_config(model_config)
         init = config.student_init
         if init == "auto":
-            init = plan.method.default_student_init if teacher is not None else "random"
+            init = plan.method.default_student_init if teacher is not None or config.student_init_from else "random"
         if init == "teacher":
-            if teacher is None:
-                raise ConfigError("student_init=teacher needs --teacher")
+            source, role = teacher, "teacher"
+            if config.student_init_from:
+                source = load_model(config.student_init_from, spec.head, spec,
+                                    trust_remote_code=config.trust_remote_code, role="student_init_from")
+                role = f"student_init_from {config.student_init_from}"
+            if source is None:
+                raise ConfigError("student_init=teacher needs --teacher (or student_init_from=MODEL)")
             choice = config.student_layers if config.student_layers != "auto" else plan.method.default_student_layers
-            layers = resolve_teacher_layers(choice, teacher.config.num_hidden_layers, model_config.num_hidden_layers)
-            copy_teacher_weights(student, teacher, layers)
-            log.info("student initialised from teacher layers %s", layers)
+            layers = resolve_teacher_layers(choice, source.config.num_hidden_layers, model_config.num_hidden_layers)
+            copy_teacher_weights(student, source, layers)
+            log.info("student initialised from the layers %s of the %s", layers, role)
     vocab = len(tokenizer)
     if student.config.vocab_size < vocab:
         raise ConfigError(f"student vocabulary ({student.config.vocab_size}) is smaller than the tokenizer's ({vocab})")

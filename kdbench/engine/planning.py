@@ -37,7 +37,7 @@ class RunPlan:
 def input_fingerprints(config: RunConfig, task: Task, preset: StudentPreset | None) -> dict[str, Any]:
     """Fingerprints of the models and data files ``config`` reads (see :mod:`kdbench.fingerprint`)."""
     models = {"teacher": config.teacher, "student": None if preset is not None else config.student,
-              "tokenizer": config.tokenizer}
+              "tokenizer": config.tokenizer, "student_init_from": config.student_init_from}
     return {
         **{role: model_fingerprint(name) for role, name in models.items() if name},
         "data": [data_fingerprint(source) for source in task.data_sources(config)],
@@ -56,6 +56,9 @@ def plan_run(config: RunConfig) -> RunPlan:
         STUDENTS.get(config.student)  # raises "unknown student preset ... did you mean"
     if preset is not None and preset.from_teacher and not config.teacher:
         raise ConfigError(f"student preset {preset.name!r} is derived from the teacher: give --teacher MODEL")
+    if config.student_init_from and (preset is None or config.student_init == "random"):
+        raise ConfigError(f"student_init_from={config.student_init_from!r} copies layers into a preset-shaped student; "
+                          f"give a preset student (kdbench list students) with student_init=teacher or auto")
     if preset is not None and config.student_init == "pretrained":
         raise ConfigError(f"student_init=pretrained needs a checkpoint, but {config.student!r} is a shape preset")
     if config.teacher and Path(config.teacher).exists() and not (Path(config.teacher) / "config.json").is_file():

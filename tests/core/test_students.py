@@ -57,3 +57,48 @@ def test_copy_into_a_narrower_student_is_refused_with_the_fix():
                                                       max_position_embeddings=64))
     with pytest.raises(ConfigError, match="use a student as wide as its teacher"):
         copy_teacher_weights(narrow, teacher, [0, 1])
+
+
+def test_student_init_from_copies_another_models_layers_not_the_teachers(tiny_models, shared_data):
+    """BERT-PKD/DistilBERT students start from the pre-trained model: student_init_from=MODEL copies
+    its layers (here a second tiny BERT) into the preset-shaped student, while the teacher stays the
+    model distilled from."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from kdbench.config import build_run_config
+    from kdbench.engine import build_student, load_model, plan_run
+    from kdbench.task import HeadType
+
+    values = {"method": "kd", "task": "sst2", "teacher": str(tiny_models["teacher"]), "student": "teacher-1l",
+              "student_init": "teacher", "student_layers": [1], "data_dir": str(shared_data)}
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models["teacher"])
+    teacher = load_model(str(tiny_models["teacher"]), HeadType.CLASSIFICATION, plan_run(build_run_config(values)).task.spec,
+                         trust_remote_code=False, role="teacher")
+    source = load_model(str(tiny_models["student"]), HeadType.CLASSIFICATION, plan_run(build_run_config(values)).task.spec,
+                        trust_remote_code=False, role="teacher")
+
+    def first_layer(model):
+        return model.bert.encoder.layer[0].attention.self.query.weight
+
+    def source_layer(model):
+        return model.bert.encoder.layer[1].attention.self.query.weight
+
+    from_teacher = build_student(plan_run(build_run_config(values)), teacher, tokenizer)
+    plan = plan_run(build_run_config({**values, "student_init_from": str(tiny_models["student"])}))
+    assert plan.inputs["student_init_from"]["sha256"]  # the copied model is part of the run's identity
+    from_source = build_student(plan, teacher, tokenizer)
+    assert torch.equal(first_layer(from_teacher), source_layer(teacher))
+    assert torch.equal(first_layer(from_source), source_layer(source))
+    assert not torch.equal(first_layer(from_source), source_layer(teacher))
+
+
+def test_student_init_from_needs_a_preset_student(tiny_models):
+    import pytest
+
+    from kdbench.config import ConfigError, build_run_config
+    from kdbench.engine import plan_run
+
+    with pytest.raises(ConfigError, match="student_init_from='/"):
+        plan_run(build_run_config({"method": "finetune", "task": "sst2", "student": str(tiny_models["student"]),
+                                   "student_init_from": str(tiny_models["teacher"])}))

@@ -85,10 +85,13 @@ class Row:
 
 
 def _student_keys(student: str) -> dict[str, Any]:
-    """Baseline initialisation: the wide student copies the bottom layers of the fine-tuned teacher
-    (as BERT-PKD's and kdbench's students do); the narrow one has no weights of its width to copy."""
+    """Initialisation shared by every method of a row group: the wide student copies the bottom
+    layers of the PRE-TRAINED teacher (BERT-PKD's official student; the fine-tuned teacher's layers
+    would already hold the task, so the no-teacher baseline would not be free of the teacher); the
+    narrow one has no pre-trained weights of its width and starts at random."""
     if student == WIDE_STUDENT:
-        return {"student": student, "student_init": "teacher", "student_layers": "bottom"}
+        return {"student": student, "student_init": "teacher", "student_init_from": TEACHER_MODEL,
+                "student_layers": "bottom"}
     return {"student": student, "student_init": "random"}
 
 

@@ -158,18 +158,25 @@ def kd_kl_loss(
 
 
 def hinton_kd_loss(
-    student_logits: Tensor, teacher_logits: Tensor, labels: Tensor, alpha: float, temperature: float
+    student_logits: Tensor,
+    teacher_logits: Tensor,
+    labels: Tensor,
+    alpha: float,
+    temperature: float,
+    reduction: str = "batchmean",
 ) -> dict[str, Tensor]:
-    """Vanilla KD (Hinton et al.): ``{"ce": (1−α)·CE(labels, s), "kd": α·T²·KL_batchmean}``.
+    """Vanilla KD (Hinton et al.): ``{"ce": (1−α)·CE(labels, s), "kd": α·T²·KL}``.
 
-    ``CE`` is ``F.cross_entropy`` (mean over the batch, labels ``-100`` ignored); ``KL_batchmean``
-    is :func:`kd_kl_loss` with ``reduction="batchmean"`` (which already includes ``T²``). The
-    training loss is ``sum(terms.values())``. ``alpha`` in ``[0, 1]``.
+    ``CE`` is ``F.cross_entropy`` (mean over the batch, labels ``-100`` ignored); ``KL`` is
+    :func:`kd_kl_loss` (which already includes ``T²``) with ``reduction="batchmean"`` (Hinton's
+    per-example KL) or ``"mean"`` (BERT-PKD's vanilla-KD baseline, ``KLDivLoss(reduction='mean')``:
+    ``C`` times smaller for ``C`` classes). The training loss is ``sum(terms.values())``. ``alpha``
+    in ``[0, 1]``.
     """
     a = _check_alpha("alpha", alpha)
     _check_temperature(temperature)
     ce = F.cross_entropy(student_logits, labels)
-    kd = kd_kl_loss(student_logits, teacher_logits, temperature, reduction="batchmean")
+    kd = kd_kl_loss(student_logits, teacher_logits, temperature, reduction=reduction)
     return {"ce": (1.0 - a) * ce, "kd": a * kd}
 
 

@@ -1,4 +1,8 @@
-"""Vanilla knowledge distillation (Hinton et al., 2015): ``(1-α)·CE + α·T²·KL`` (batchmean)."""
+"""Vanilla knowledge distillation (Hinton et al., 2015): ``(1-α)·CE + α·T²·KL`` (batchmean).
+
+``kl_reduction=mean`` is BERT-PKD's vanilla-KD baseline (``src/KD_loss.py``:
+``KLDivLoss(reduction='mean')``, mean over batch × classes); see docs/fidelity.md, "Hinton KD".
+"""
 
 from __future__ import annotations
 
@@ -14,12 +18,19 @@ from kdbench.task import HeadType
 from kdbench.task_loss import task_loss
 
 
+KD_REDUCTIONS = ("batchmean", "mean")
+
+
 @dataclass
 class KDParams:
     alpha: float = 0.5  # weight of the soft (teacher) term; the hard-label CE gets 1 - alpha
     temperature: float = 2.0
+    kl_reduction: str = "batchmean"  # batchmean (Hinton) | mean (BERT-PKD's vanilla-KD baseline)
 
     def __post_init__(self) -> None:
+        if self.kl_reduction not in KD_REDUCTIONS:
+            raise ConfigError(f"kd parameter kl_reduction: must be one of {', '.join(KD_REDUCTIONS)}, "
+                              f"got {self.kl_reduction!r}")
         if not 0.0 <= self.alpha <= 1.0:
             raise ConfigError(f"kd parameter alpha: must be in [0, 1], got {self.alpha!r}")
         if self.temperature <= 0:
@@ -41,16 +52,17 @@ class HintonKD(Method):
 
     def stages(self, context: MethodContext) -> list[Stage]:
         head, alpha, temperature = context.task.head, self.params.alpha, self.params.temperature
+        reduction = self.params.kl_reduction
 
         def loss(batch, student: Features, teacher: Features | None):
             if head is HeadType.CLASSIFICATION:
-                return hinton_kd_loss(student.logits, teacher.logits, batch["labels"], alpha, temperature)
+                return hinton_kd_loss(student.logits, teacher.logits, batch["labels"], alpha, temperature, reduction)
             if head is HeadType.REGRESSION:  # no distribution to soften: match the teacher's output
                 return {"task": (1 - alpha) * task_loss(batch, student, head),
                         "kd": alpha * regression_kd_loss(student.logits, teacher.logits)}
             if head is HeadType.SPAN:  # soft targets over start and end positions, averaged
-                kd = (kd_kl_loss(student.start_logits, teacher.start_logits, temperature)
-                      + kd_kl_loss(student.end_logits, teacher.end_logits, temperature)) / 2
+                kd = (kd_kl_loss(student.start_logits, teacher.start_logits, temperature, reduction)
+                      + kd_kl_loss(student.end_logits, teacher.end_logits, temperature, reduction)) / 2
                 return {"task": (1 - alpha) * task_loss(batch, student, head), "kd": alpha * kd}
             raise ConfigError(f"kd does not support task head {head.value!r}")
 

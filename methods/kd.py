@@ -17,7 +17,6 @@ from kdbench.search_space import Choice, FloatRange, SearchSpace
 from kdbench.task import HeadType
 from kdbench.task_loss import task_loss
 
-
 KD_REDUCTIONS = ("batchmean", "mean")
 
 

@@ -14,9 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from torch import nn
-from transformers import BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification, BertTokenizerFast
-
 from fidelity_models import (
     CLS_ID,
     MASK_ID,
@@ -31,12 +28,20 @@ from fidelity_models import (
     plugin,
 )
 from kdbench.methods.distilbert import MlmMasker, token_probabilities
+from torch import nn
+from transformers import (
+    BertForMaskedLM,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertTokenizerFast,
+)
+
 from kdbench.task import HeadType, TaskSpec
 
 CORPUS = TaskSpec("corpus", HeadType.MASKED_LM, "none")
 SST2 = TaskSpec("sst2", HeadType.CLASSIFICATION, "acc", ("negative", "positive"))
 SQUAD = TaskSpec("squad", HeadType.SPAN, "f1")
-TOLERANCE = dict(rel=1e-12, abs=1e-15)
+TOLERANCE = {"rel": 1e-12, "abs": 1e-15}
 SPECIAL_IDS = (PAD_ID, 1, CLS_ID, SEP_ID, MASK_ID)
 
 

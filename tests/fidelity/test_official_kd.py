@@ -16,10 +16,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from fidelity_models import bert_config, build, capture, context, padded_batch, plugin
 from torch import nn
 from transformers import BertForSequenceClassification
 
-from fidelity_models import bert_config, build, capture, context, padded_batch, plugin
 from kdbench.config import ConfigError
 from kdbench.features import Features
 from kdbench.losses import hinton_kd_loss
@@ -28,7 +28,7 @@ from kdbench.task import HeadType, TaskSpec
 MNLI = TaskSpec("mnli", HeadType.CLASSIFICATION, "acc", ("entailment", "neutral", "contradiction"))
 STSB = TaskSpec("stsb", HeadType.REGRESSION, "spearman")
 SQUAD = TaskSpec("squad", HeadType.SPAN, "f1")
-TOLERANCE = dict(rel=1e-12, abs=1e-15)
+TOLERANCE = {"rel": 1e-12, "abs": 1e-15}
 LN2, LN3 = math.log(2.0), math.log(3.0)
 KL0 = 0.75 * math.log(0.75 / 0.5) + 0.25 * math.log(0.25 / 0.5)  # KL((¾, ¼) ‖ (½, ½)) by hand
 
@@ -41,7 +41,7 @@ def distillation_loss(y, labels, teacher_scores, T, alpha, reduction_kd="mean", 
         d_loss = nn.KLDivLoss(reduction=reduction_kd)(F.log_softmax(y / T, dim=1),
                                                       F.softmax(teacher_scores / T, dim=1)) * T * T
     else:
-        assert alpha == 0, "alpha cannot be {} when teacher scores are not provided".format(alpha)
+        assert alpha == 0, f"alpha cannot be {alpha} when teacher scores are not provided"
         d_loss = 0.0
     nll_loss = F.cross_entropy(y, labels, reduction=reduction_nll)
     tol_loss = alpha * d_loss + (1.0 - alpha) * nll_loss

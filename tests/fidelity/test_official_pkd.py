@@ -14,15 +14,22 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from fidelity_models import (
+    bert_config,
+    build,
+    capture,
+    context,
+    padded_batch,
+    plugin,
+)
 from torch import nn
 from transformers import BertForSequenceClassification
 
-from fidelity_models import bert_config, build, capture, context, padded_batch, plugin, stage_named
 from kdbench.task import HeadType, TaskSpec
 
 RTE = TaskSpec("rte", HeadType.CLASSIFICATION, "acc", ("entailment", "not_entailment"))
 MNLI = TaskSpec("mnli", HeadType.CLASSIFICATION, "acc", ("entailment", "neutral", "contradiction"))
-TOLERANCE = dict(rel=1e-12, abs=1e-15)
+TOLERANCE = {"rel": 1e-12, "abs": 1e-15}
 
 pytestmark = pytest.mark.filterwarnings("ignore:reduction. 'mean' divides the total loss:UserWarning")
 
@@ -36,7 +43,7 @@ def distillation_loss(y, labels, teacher_scores, T, alpha, reduction_kd="mean", 
         d_loss = nn.KLDivLoss(reduction=reduction_kd)(F.log_softmax(y / T, dim=1),
                                                       F.softmax(teacher_scores / T, dim=1)) * T * T
     else:
-        assert alpha == 0, "alpha cannot be {} when teacher scores are not provided".format(alpha)
+        assert alpha == 0, f"alpha cannot be {alpha} when teacher scores are not provided"
         d_loss = 0.0
     nll_loss = F.cross_entropy(y, labels, reduction=reduction_nll)
     tol_loss = alpha * d_loss + (1.0 - alpha) * nll_loss
@@ -121,7 +128,7 @@ def test_pkd_12_to_3_with_the_official_teacher_layers_equals_the_official_step()
     β 100, T 5 the plug-in's stage equals the official step."""
     terms, student, teacher, batch = plugin_terms(RTE, 3, [1, 0, 1], teacher_layers="[10, 11]", alpha=0.5,
                                                   beta=100.0, temperature=5.0)
-    loss, kd_loss, ce_loss, pt_loss = official_pkd(student, teacher, batch, "9,10", T=5.0, alpha=0.5, beta=100.0,
+    loss, _kd_loss, _ce_loss, pt_loss = official_pkd(student, teacher, batch, "9,10", T=5.0, alpha=0.5, beta=100.0,
                                                    normalize_patience=True)
     assert float(terms["pt"]) == pytest.approx(float(pt_loss), **TOLERANCE)
     assert float(sum(terms.values())) == pytest.approx(float(loss), **TOLERANCE)

@@ -14,9 +14,6 @@ import math
 
 import pytest
 import torch
-from torch.nn import MSELoss
-from transformers import BertForMaskedLM, BertForSequenceClassification
-
 from fidelity_models import (
     bert_config,
     build,
@@ -26,12 +23,15 @@ from fidelity_models import (
     plugin,
     stage_named,
 )
+from torch.nn import MSELoss
+from transformers import BertForMaskedLM, BertForSequenceClassification
+
 from kdbench.task import HeadType, TaskSpec
 
 SST2 = TaskSpec("sst2", HeadType.CLASSIFICATION, "acc", ("negative", "positive"))
 STSB = TaskSpec("stsb", HeadType.REGRESSION, "spearman")
 CORPUS = TaskSpec("corpus", HeadType.MASKED_LM, "none")
-TOLERANCE = dict(rel=1e-12, abs=1e-15)
+TOLERANCE = {"rel": 1e-12, "abs": 1e-15}
 
 
 # ------------------------------------------------------------------------------ official side
@@ -54,14 +54,14 @@ def official_outputs(model: torch.nn.Module, batch: dict[str, torch.Tensor],
         extended = batch["attention_mask"][:, None, None, :].to(torch.float64)
         extended = (1.0 - extended) * -10000.0
         atts = []
+        heads = model.config.num_attention_heads
+        size = model.config.hidden_size // heads
+
+        def transpose_for_scores(x: torch.Tensor) -> torch.Tensor:
+            return x.view(*x.size()[:-1], heads, size).permute(0, 2, 1, 3)
+
         for index, layer in enumerate(model.base_model.encoder.layer):
             self_attention = layer.attention.self
-            heads = model.config.num_attention_heads
-            size = model.config.hidden_size // heads
-
-            def transpose_for_scores(x: torch.Tensor) -> torch.Tensor:
-                return x.view(*x.size()[:-1], heads, size).permute(0, 2, 1, 3)
-
             query = transpose_for_scores(self_attention.query(reps[index]))
             key = transpose_for_scores(self_attention.key(reps[index]))
             scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(size)

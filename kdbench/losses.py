@@ -2,7 +2,7 @@
 
 Every function takes tensors and returns a scalar tensor (or a ``dict`` of named, already weighted
 scalar terms whose sum is the training loss). Docstrings state the exact reduction and weighting
-and the official code each one follows (see ``docs/fidelity.md``).
+and the official code each one follows (see ``docs/fidelity.md``, one section per method).
 
 Conventions:
 

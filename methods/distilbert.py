@@ -6,7 +6,7 @@ Two methods, because the two phases have different losses, defaults and tasks:
   ``α_ce·T²·KL_batchmean(t/T ‖ s/T) + α_mlm·MLM + α_cos·(1 − cos(h_S, h_T))``, the KL over
   non-padding tokens (or the masked ones only, ``restrict_ce_to_mask``), the cosine on the LAST
   hidden layer over non-padding tokens. Defaults of the DistilBERT run: α_ce 5, α_mlm 2,
-  α_cos 1, T 2, position embeddings frozen (``--freeze_pos_embs``). Masking is dynamic (per batch,
+  α_cos 1, T 2, position embeddings frozen (the released run's student never trained them). Masking is dynamic (per batch,
   :class:`MlmMasker`): 15% of the real tokens, chosen with probability ∝ count^−0.7 (counts from
   the corpus, special tokens never chosen), then 80% ``[MASK]`` / 10% kept / 10% random token.
   The result (run folder ``model/``) is a general student to fine-tune or distil on a task.
@@ -20,8 +20,9 @@ Two methods, because the two phases have different losses, defaults and tasks:
 
 Student initialisation (both): teacher blocks ``distilbert_init_layers(N, M)`` — round(i·(N−1)/(M−1))
 for student block i, halves up: ``[0, 2, 4, 7, 9, 11]`` for 12 → 6, ``[0, 3, 5]`` for 6 → 3 — plus
-the embeddings (``student_layers=every-other``); ``distilbert-pretrain`` also copies the teacher's
-masked-LM head, as ``extract_distilbert.py`` does.
+the embeddings (``student_layers=every-other``); ``distilbert-pretrain`` also copies the teacher's whole
+masked-LM head, as ``extract_distilbert.py --vocab_transform`` does (without that flag, its default, the
+script copies only the decoder and bias). See ``docs/fidelity.md``, section DistilBERT.
 """
 
 from __future__ import annotations
@@ -244,8 +245,9 @@ class DistilBertPretrain(Method):
 
     def initialize_student(self, student: nn.Module, teacher: nn.Module | None, context: MethodContext) -> None:
         """When the student's layers come from the teacher (a preset with ``student_init`` auto or
-        teacher), also copy the teacher's masked-LM head, as ``extract_distilbert.py`` does (vocab
-        transform, its LayerNorm and the output bias; the decoder is tied to the copied embeddings)."""
+        teacher), also copy the teacher's whole masked-LM head (vocab transform, its LayerNorm and the output
+        bias; the decoder is tied to the copied embeddings), as ``extract_distilbert.py --vocab_transform``
+        does; the script's default copies only the decoder and the bias."""
         from kdbench.plugins import STUDENTS
 
         run = context.run

@@ -18,11 +18,10 @@ Defaults as the official runs (``scripts/run_student_patience.py``, ``src/argume
 - student initialisation: the official student starts from the bottom layers of the PRE-TRAINED
   BERT (``--encoder_checkpoint`` defaults to ``pretrained/bert-base-uncased``), not of the
   fine-tuned teacher. A kdbench run knows only the fine-tuned teacher (not the checkpoint it was
-  fine-tuned from), and the engine copies bottom layers only from the teacher, so the default
-  copies the fine-tuned teacher's bottom layers: a documented deviation until runs can name the
-  pre-trained checkpoint to copy from.
+  fine-tuned from), so the default copies the fine-tuned teacher's bottom layers; name the
+  pre-trained checkpoint with ``student_init_from=MODEL`` to start as the official runs do.
 
-Differences from the official code, on purpose (see ``docs/fidelity.md``):
+Differences from the official code, on purpose (see ``docs/fidelity.md``, section BERT-PKD):
 
 - the PT loss is computed in the training precision (the official code casts it to fp16);
 - training data is shuffled (the released script never shuffles);

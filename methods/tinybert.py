@@ -1,7 +1,7 @@
 """TinyBERT (Jiao et al., 2020): Transformer distillation in two stages.
 
 What the official code (huawei-noah/Pretrained-Language-Model ``TinyBERT/``) computes, and this
-plug-in reproduces (see ``shared/notes/reference-semantics.md``):
+plug-in reproduces (see ``docs/fidelity.md``, section TinyBERT):
 
 - **Intermediate stage** (embedding + attention + hidden, no prediction loss):
   attention MSE on PRE-softmax scores with entries ``<= -1e2`` zeroed in student and teacher

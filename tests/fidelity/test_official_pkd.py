@@ -134,8 +134,6 @@ def test_pkd_12_to_3_with_the_official_teacher_layers_equals_the_official_step()
     assert float(sum(terms.values())) == pytest.approx(float(loss), **TOLERANCE)
 
 
-@pytest.mark.xfail(reason="issue 17 §3: the 12→3 default becomes the official fc_layer_idx 9,10 in engineer A's "
-                          "branch; remove this marker when it lands", strict=False)
 def test_pkd_default_teacher_layers_are_the_official_ones_for_12_to_3() -> None:
     """``scripts/run_student_patience.py`` L60-66: teacher 12 → student 3 uses ``9,10`` (0-based), 12 → 6
     uses ``1,3,5,7,9``; as 1-based layers [10, 11] and [2, 4, 6, 8, 10]."""

@@ -1,4 +1,4 @@
-"""TinyBERT's loss functions pinned on hand-computed values (reference-semantics.md, TinyBERT)."""
+"""TinyBERT's loss functions pinned on hand-computed values (docs/fidelity.md, TinyBERT)."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ def test_finetune_then_kd_write_complete_records_and_loadable_models(tiny_teache
     assert RECORD_KEYS <= set(record)
     assert record["status"] == "completed" and record["method"] == "kd" and record["task"] == "sst2"
     assert 0.0 <= record["metrics"]["acc"] <= 100.0
-    assert record["config"]["method_params"] == {"alpha": 0.7, "temperature": 3.0}
+    assert record["config"]["method_params"] == {"alpha": 0.7, "temperature": 3.0, "kl_reduction": "batchmean"}
     assert record["student_params"] < record["teacher_params"]
     assert record["data"]["train_rows"] == 48 and record["data"]["dev_rows"] == 32
     assert (kd_dir / "config.yaml").is_file()

@@ -299,6 +299,12 @@ class DistilBertPretrain(Method):
 # --------------------------------------------------------------------------- task-specific distillation
 
 
+# run_squad_w_distillation.py: AdamW at 5e-5 (eps 1e-8), weight decay 0, no warm-up, clipping 1.0, 3 epochs
+# (docs/fidelity.md, DistilBERT task distillation).
+TASK_OPTIMIZATION = Optimization(optimizer="adamw", lr=5e-5, schedule="linear", warmup_ratio=0.0, weight_decay=0.0,
+                                 max_grad_norm=1.0, epochs=3.0)
+
+
 @dataclass
 class DistilBertParams:
     """Defaults of ``run_squad_w_distillation.py``: α_ce 0.5, α_task (``alpha_squad``) 0.5, T 2."""
@@ -346,7 +352,7 @@ class DistilBertTask(Method):
                         "kd": p.alpha_ce * regression_kd_loss(student.logits, teacher.logits)}
             raise ConfigError(f"distilbert does not support task head {head.value!r}")
 
-        return [Stage("distilbert", loss)]
+        return [Stage("distilbert", loss, optimization=TASK_OPTIMIZATION)]
 
 
 METHODS.register("distilbert-pretrain", DistilBertPretrain)

@@ -363,3 +363,15 @@ def test_pretrain_student_gets_the_teachers_mlm_head() -> None:
     before = untouched.state_dict()["cls.predictions.transform.dense.weight"].clone()
     method.initialize_student(untouched, teacher, MethodContext(CORPUS, untouched.config, teacher.config, random_run))
     assert torch.equal(untouched.state_dict()["cls.predictions.transform.dense.weight"], before)
+
+
+def test_task_distillation_declares_the_official_scripts_optimiser():
+    """run_squad_w_distillation.py: AdamW 5e-5, weight decay 0, no warm-up; explicit run values win."""
+    from kdbench.config import TrainConfig
+    from kdbench.optimization import resolve
+    from kdbench.methods.distilbert import TASK_OPTIMIZATION
+
+    resolved = resolve(TASK_OPTIMIZATION, TrainConfig())
+    assert (resolved.lr, resolved.weight_decay, resolved.warmup_ratio, resolved.epochs) == (5e-5, 0.0, 0.0, 3.0)
+    assert resolved.sources["weight_decay"] == "method"
+    assert resolve(TASK_OPTIMIZATION, TrainConfig(weight_decay=0.01)).weight_decay == 0.01

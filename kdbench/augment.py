@@ -69,6 +69,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
+from kdbench.augment_defaults import OFFICIAL_N_AUG, STOPWORDS_PATH, glove_fingerprint
+from kdbench.records import default_file_mode
+
 __all__ = [
     "AugmentConfig",
     "Augmenter",
@@ -85,11 +88,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ALGORITHM_VERSION = "tinybert-da-v1"
-STOPWORDS_PATH = Path(__file__).resolve().parent / "data" / "stopwords.txt"
-
-#: ``N`` per GLUE task in the official script's ``main`` (its ``STS-b`` key is misspelled, so STS-B
-#: actually ran with the command-line default 30, which is also the value listed here).
-OFFICIAL_N_AUG = {"CoLA": 30, "MNLI": 10, "MRPC": 30, "SST-2": 20, "STS-B": 30, "QQP": 10, "QNLI": 20, "RTE": 30}
 
 _NON_ALPHA = re.compile("[^a-z]")
 
@@ -162,17 +160,6 @@ class _PieceTokenizer:
         return got
 
 
-def _sha256_file_prefix_lines(path: str | os.PathLike, max_lines: int) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for i, line in enumerate(f):
-            if i >= max_lines:
-                break
-            h.update(line)
-    h.update(f"|lines<={max_lines}".encode())
-    return h.hexdigest()
-
-
 # --------------------------------------------------------------------------------------------------
 # GloVe
 # --------------------------------------------------------------------------------------------------
@@ -223,21 +210,63 @@ def _top_k_desc(values: np.ndarray, k: int) -> np.ndarray:
     return sel[order][:k]
 
 
-def load_glove(path: str | os.PathLike, max_words: int = 100_000) -> Glove:
-    """Read a GloVe text file (``word v1 v2 ...`` per line), only its first ``max_words`` lines."""
+def read_glove_vectors(path: str | os.PathLike, max_words: int = 100_000) -> tuple[list[str], dict[str, list[float]]]:
+    """Words (in file order) and vectors of the first ``max_words`` non-blank lines of a GloVe text
+    file, validated: a word2vec-style header line, a non-numeric value, a line whose dimension differs
+    from the first line's, a file that is not UTF-8 or holds no vector are DataErrors naming the file
+    and the line. Needs no torch, so ``kdbench augment`` checks the file before loading any model."""
+    from kdbench.errors import DataError
+
     words: list[str] = []
     vecs: dict[str, list[float]] = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
+    dim: int | None = None
+    with open(path, encoding="utf-8", errors="strict") as f:
+        number = 0
+        while len(words) < max_words:
+            try:
+                line = f.readline()
+            except UnicodeDecodeError:
+                raise DataError(f"GloVe file {str(path)!r}, line {number + 1}: not UTF-8 text") from None
+            if not line:
+                break
+            number += 1
             items = line.strip().split()
             if not items:
                 continue
+            where = f"GloVe file {str(path)!r}, line {number}"
+            if number == 1 and len(items) == 2 and all(x.isdigit() for x in items):
+                raise DataError(f"{where}: {line.strip()!r} looks like a word2vec header (count, dimension); "
+                                "GloVe text files have none: delete that line")
+            if len(items) < 2:
+                raise DataError(f"{where}: word {items[0]!r} has no vector")
+            try:
+                vector = [float(x) for x in items[1:]]
+            except ValueError:
+                bad = next(x for x in items[1:] if not _is_float(x))
+                raise DataError(f"{where}: value {bad!r} of word {items[0]!r} is not a number "
+                                "(a word with spaces, or not a GloVe text file?)") from None
+            if dim is None:
+                dim = len(vector)
+            elif len(vector) != dim:
+                raise DataError(f"{where}: word {items[0]!r} has {len(vector)} values, the first line {dim}")
             words.append(items[0])
-            vecs[items[0]] = [float(x) for x in items[1:]]
-            if len(words) == max_words:
-                break
+            vecs[items[0]] = vector
     if not words:
-        raise ValueError(f"empty GloVe file: {path}")
+        raise DataError(f"GloVe file {str(path)!r} holds no vectors")
+    return words, vecs
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def load_glove(path: str | os.PathLike, max_words: int = 100_000) -> Glove:
+    """Read a GloVe text file (``word v1 v2 ...`` per line), only its first ``max_words`` lines."""
+    words, vecs = read_glove_vectors(path, max_words)
     dim = len(vecs[words[0]])
     mat = np.zeros((len(words), dim), dtype=np.float64)
     last = {w: i for i, w in enumerate(words)}
@@ -247,7 +276,7 @@ def load_glove(path: str | os.PathLike, max_words: int = 100_000) -> Glove:
         mat[last[w]] = v
     with np.errstate(invalid="ignore", divide="ignore"):
         norm = (mat.T / np.sqrt((mat**2).sum(1))).T
-    return Glove(words, norm, fingerprint=_sha256_file_prefix_lines(path, max_words))
+    return Glove(words, norm, fingerprint=glove_fingerprint(path, max_words))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -521,11 +550,27 @@ class Augmenter:
                 with open(path, encoding="utf-8") as f:
                     return [json.loads(line) for line in f if line.strip()]
 
+        out = self.expand(examples, text_fields)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".jsonl")
+            os.fchmod(fd, default_file_mode())
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                for r in out:
+                    f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            os.replace(tmp, path)
+        return out
+
+    def expand(self, examples: Sequence[dict], text_fields: Sequence[str] = ("sentence",), offset: int = 0) -> list[dict]:
+        """The augmented rows of ``examples``, which are examples ``offset``, ``offset + 1``, ... of the
+        whole set: example ``offset + i`` is seeded by its index in the whole set, so augmenting a set
+        in chunks gives exactly the rows of augmenting it at once (``aug_source`` is that index)."""
+        text_fields = tuple(text_fields)
         sents, keys = [], []
         for i, ex in enumerate(examples):
             for f, name in enumerate(text_fields):
                 sents.append(str(ex[name]))
-                keys.append((i, f))
+                keys.append((offset + i, f))
         variants = self.augment(sents, keys)
         out: list[dict] = []
         k = 0
@@ -547,18 +592,10 @@ class Augmenter:
                 seen.add(r)
                 new = dict(ex)
                 new.update(zip(text_fields, r))
-                new["aug_source"] = i
+                new["aug_source"] = offset + i
                 new["aug_variant"] = n_var
                 n_var += 1
                 out.append(new)
-
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".jsonl")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                for r in out:
-                    f.write(json.dumps(r, ensure_ascii=False) + "\n")
-            os.replace(tmp, path)
         return out
 
 

@@ -35,6 +35,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "kdbench.tuning",
     "kdbench.bench",
     "kdbench.reproduce",
+    "kdbench.disk",
 )
 
 
@@ -59,19 +60,23 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 def cmd_list(args: argparse.Namespace) -> int:
     from kdbench.plugins import METHODS, STUDENTS, TABLES, TASKS
 
+    def also(registry: Any, name: str) -> str:  # the aliases errors may suggest, so users can find them here
+        aliases = registry.aliases(name)
+        return f"\t(also: {', '.join(aliases)})" if aliases else ""
+
     if args.what == "methods":
         for name in METHODS.names():
-            print(f"{name}\t{getattr(METHODS.get(name), 'description', '')}")
+            print(f"{name}\t{getattr(METHODS.get(name), 'description', '')}{also(METHODS, name)}")
     elif args.what == "tasks":
         for name in TASKS.names():
             spec = TASKS.get(name).spec
-            print(f"{name}\t{spec.head.value}\t{spec.main_metric}")
+            print(f"{name}\t{spec.head.value}\t{spec.main_metric}{also(TASKS, name)}")
     elif args.what == "students":
         for name in STUDENTS.names():
-            print(f"{name}\t{STUDENTS.get(name).description}")
+            print(f"{name}\t{STUDENTS.get(name).description}{also(STUDENTS, name)}")
     elif args.what == "tables":
         for name in TABLES.names():
-            print(f"{name}\t{getattr(TABLES.get(name), 'description', '')}")
+            print(f"{name}\t{getattr(TABLES.get(name), 'description', '')}{also(TABLES, name)}")
     return 0
 
 
@@ -92,12 +97,17 @@ def run_config_from_args(args: argparse.Namespace) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from kdbench.engine import is_main_process, plan_run, run_experiment
+    from kdbench.engine import check_model_paths_exist, is_main_process, plan_run, run_experiment
+    from kdbench.engine.preflight import preflight
 
     config = run_config_from_args(args)
-    if args.dry_run:
+    if args.dry_run:  # everything a run checks before loading weights: configs, heads, the method's stages
         plan = plan_run(config)
+        check_model_paths_exist(config)
+        built = preflight(plan)
         print(json.dumps(plan.config.to_dict(), indent=2, default=str))
+        for line in built.describe():
+            print(f"[kdbench] {line}", file=sys.stderr)
         print(plan.run_dir)
         return 0
     run_dir = run_experiment(config)
@@ -113,7 +123,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_results(args: argparse.Namespace) -> int:
     from kdbench.records import records_table
 
-    print(records_table(args.runs, args.format))
+    print(records_table(args.runs, args.format, include_input_errors=args.all))
     return 0
 
 
@@ -157,7 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(handler=cmd_list)
 
     run = commands.add_parser("run", help="run one distillation (or fine-tuning) experiment")
-    run.add_argument("method")
+    run.add_argument("method", metavar="METHOD",
+                     help="distillation method: kd, tinybert, mobilebert, distilbert, pkd, ... (kdbench list "
+                          "methods); finetune trains --student on the task alone (also how a teacher is made)")
     _add_run_arguments(run)
     run.add_argument("--dry-run", action="store_true", help="resolve and validate the config, print it, train nothing")
     run.set_defaults(handler=cmd_run)
@@ -165,6 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     results = commands.add_parser("results", help="all result records under a folder, as a table")
     results.add_argument("runs")
     results.add_argument("--format", default="markdown", choices=("markdown", "csv", "json"))
+    results.add_argument("--all", action="store_true",
+                         help="also list runs that failed on bad input (bad data or config) before training")
     results.set_defaults(handler=cmd_results)
 
     evaluate = commands.add_parser("evaluate", help="score a prediction file with the task's official metric")
@@ -185,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", required=True)
+    parser.add_argument("--task", required=True,
+                        help="GLUE task (sst2, mnli, ...), squad / squad-v2, or corpus (kdbench list tasks)")
     parser.add_argument("--teacher", help="Hub id or local folder of the (fine-tuned) teacher")
     parser.add_argument("--student", required=True, help="preset name (kdbench list students), Hub id or folder")
     parser.add_argument("--data-dir", dest="data_dir", help="data root (default: $KDBENCH_DATA_DIR, then the Hub)")
@@ -204,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(stray or extra)}")
     if extra:
         args.overrides = list(args.overrides) + extra
+    if not args.verbose:
+        quiet_libraries()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler: Callable[[argparse.Namespace], int] = args.handler
@@ -220,6 +237,21 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `kdbench list tables | head`: the reader left, which is not an error
         sys.stdout = open(os.devnull, "w")
         return 0
+
+
+def quiet_libraries() -> None:
+    """Keep the libraries' load reports, advisory warnings and per-file progress bars off the
+    console (``-v`` shows them): a run's own progress bar and log lines are what matter. Set
+    through the environment, so nothing heavy is imported here; values the user set win."""
+    for name, value in (("TRANSFORMERS_VERBOSITY", "error"), ("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1"),
+                        ("HF_DATASETS_DISABLE_PROGRESS_BARS", "1"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+                        ("DATASETS_VERBOSITY", "error"), ("TOKENIZERS_PARALLELISM", "false")):
+        os.environ.setdefault(name, value)
+    import warnings
+
+    for module in ("transformers", "torch", "datasets", "accelerate"):
+        warnings.filterwarnings("ignore", category=FutureWarning, module=module)
+        warnings.filterwarnings("ignore", category=UserWarning, module=module)
 
 
 def _mid_line() -> bool:

@@ -30,6 +30,9 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field and the bad value."""
 
 
+KEEP_CHECKPOINTS = ("last", "none", "all")
+
+
 @dataclass
 class TrainConfig:
     # Optimisation fields left None take the stage's declaration (the method's official values),
@@ -61,6 +64,8 @@ class TrainConfig:
     compile: bool = False  # torch.compile the student and teacher (GPU)
     teacher_cache: bool = True  # read teacher outputs from the on-disk cache (kdbench.cache)
     teacher_cache_budget_mb: float = 0.0  # disk allowed for hidden states / attention maps per cache entry
+    checkpoint_minutes: float = 10.0  # also save a checkpoint after this much training time (0: only at evaluations)
+    keep_checkpoints: str = "last"  # after a stage ends: last | none | all of its checkpoints stay on disk
 
     def __post_init__(self) -> None:
         from kdbench.optimization import check_optimization_values
@@ -78,6 +83,9 @@ class TrainConfig:
         _require(self.save_total_limit >= 1, "train.save_total_limit", self.save_total_limit, "must be >= 1")
         _require(self.teacher_cache_budget_mb >= 0, "train.teacher_cache_budget_mb", self.teacher_cache_budget_mb,
                  "must be >= 0")
+        _require(self.checkpoint_minutes >= 0, "train.checkpoint_minutes", self.checkpoint_minutes, "must be >= 0")
+        _require(self.keep_checkpoints in KEEP_CHECKPOINTS, "train.keep_checkpoints", self.keep_checkpoints,
+                 f"must be one of {', '.join(KEEP_CHECKPOINTS)}")
 
 
 @dataclass
@@ -101,7 +109,7 @@ class DataConfig:
         return Path(chosen).expanduser() if chosen else None
 
 
-SPEED_ONLY_TRAIN_KEYS = ("compile", "teacher_cache", "teacher_cache_budget_mb")
+SPEED_ONLY_TRAIN_KEYS = ("compile", "teacher_cache", "teacher_cache_budget_mb", "checkpoint_minutes", "keep_checkpoints")
 STUDENT_INITS = ("auto", "random", "teacher", "pretrained")
 
 
@@ -172,6 +180,8 @@ STANDARD_KEYS: dict[str, str] = {
     "eval_steps": "train.eval_steps",
     "logging_steps": "train.logging_steps",
     "precision": "train.precision",
+    "checkpoint_minutes": "train.checkpoint_minutes",
+    "keep_checkpoints": "train.keep_checkpoints",
     "max_train_samples": "data.max_train_samples",
     "max_eval_samples": "data.max_eval_samples",
     "data_dir": "data.data_dir",
@@ -199,8 +209,16 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
-    with path.open() as handle:
-        data = yaml.safe_load(handle) or {}
+    try:
+        with path.open(encoding="utf-8") as handle:
+            data = yaml.safe_load(handle) or {}
+    except yaml.YAMLError as error:  # also a tag such as !!python/object, which safe_load refuses
+        mark = getattr(error, "problem_mark", None)
+        where = f", line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ConfigError(f"config file {str(path)!r}{where}: not a plain YAML mapping ({problem})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping, got {type(data).__name__}")
     return data

@@ -28,6 +28,7 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"
+COMPLETED, FAILED, INTERRUPTED = "completed", "failed", "interrupted"  # a record's status
 REQUIRED_KEYS = ("schema_version", "method", "task", "student", "config", "metrics", "status")
 RUN_LOCK_FILE = ".lock"
 # Upgrades from an older schema: MIGRATIONS[v] turns a version-v record into a version-(v + 1) one.
@@ -81,6 +82,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, default_file_mode())  # mkstemp's 0600 would hide records from the user's group
         with os.fdopen(fd, "w") as handle:
             json.dump(data, handle, indent=2, sort_keys=False, default=str)
             handle.write("\n")
@@ -91,6 +93,80 @@ def write_json_atomic(path: Path, data: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+RUNNING, INCOMPLETE = "running", "incomplete"  # states of a run folder without a final record
+
+
+def lock_holder(run_dir: Path) -> str | None:
+    """The pid holding ``run_dir``'s lock if a live process holds it, else None (never waits)."""
+    path = Path(run_dir) / RUN_LOCK_FILE
+    if not path.is_file():
+        return None
+    with open(path) as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return handle.read().strip() or "unknown"
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    return None
+
+
+def run_states(runs_dir: Path) -> list[dict[str, Any]]:
+    """The state of every run folder under ``runs_dir`` (folders holding ``config.yaml``, which a run
+    writes first): ``completed`` / ``failed`` / ``interrupted`` from its record, else ``running``
+    (a live process holds its lock) or ``incomplete`` (killed; the same command resumes it), with the
+    last checkpoint step and the folder's size."""
+    from kdbench.disk import checkpoints, folder_bytes
+
+    runs_dir = Path(runs_dir)
+    if not runs_dir.is_dir():
+        raise RecordError(f"runs folder {str(runs_dir)!r} does not exist")
+    states = []
+    for config in sorted(runs_dir.rglob("config.yaml")):
+        run_dir = config.parent
+        if any(part.startswith(".") for part in run_dir.relative_to(runs_dir).parts):
+            continue
+        state, error, pid = INCOMPLETE, None, lock_holder(run_dir)
+        record_path = run_dir / RESULT_FILE
+        if pid is not None:
+            state = RUNNING
+        elif record_path.is_file():
+            try:
+                record = json.loads(record_path.read_text())
+                state, error = record.get("status", INCOMPLETE), record.get("error")
+            except ValueError:
+                error = f"{record_path} is not valid JSON"
+        steps = [int(p.name.split("-")[1]) for stage in sorted((run_dir / "stages").glob("*"))
+                 for p in checkpoints(stage)]
+        states.append({"run_dir": str(run_dir), "state": state, "error": error, "pid": pid,
+                       "last_checkpoint_step": max(steps) if steps else None, "disk_bytes": folder_bytes(run_dir)})
+    return states
+
+
+def format_run_states(states: list[dict[str, Any]]) -> str:
+    from kdbench.disk import human_bytes
+
+    lines = [f"{'STATE':<11}  {'CKPT':>6}  {'DISK':>9}  RUN FOLDER / ERROR"]
+    for entry in states:
+        step = entry["last_checkpoint_step"]
+        lines.append(f"{entry['state']:<11}  {step if step is not None else '-':>6}  "
+                     f"{human_bytes(entry['disk_bytes']):>9}  {entry['run_dir']}")
+        if entry["error"] and entry["state"] != COMPLETED:
+            lines.append(f"{'':<11}  {'':>6}  {'':>9}  error: {str(entry['error']).strip().splitlines()[0]}")
+    counts: dict[str, int] = {}
+    for entry in states:
+        counts[entry["state"]] = counts.get(entry["state"], 0) + 1
+    lines.append(", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no run folders")
+    return "\n".join(lines)
+
+
+def default_file_mode() -> int:
+    """The mode ``open()`` gives a new file: 0666 less the process umask (``mkstemp`` gives 0600,
+    which on a shared cluster makes results unreadable by the user's group)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -199,21 +275,54 @@ def load_records(runs_dir: str | Path, *, include_failed: bool = True):
     return pd.DataFrame(rows)
 
 
-def records_table(runs_dir: str | Path, fmt: str = "markdown") -> str:
+def records_table(runs_dir: str | Path, fmt: str = "markdown", include_input_errors: bool = False) -> str:
+    """The records under ``runs_dir`` as a table; ``status`` is ``completed``, ``failed`` or
+    ``interrupted`` (stopped by the user: resumable, not a failure of the method). Runs that failed
+    on bad input before training are left out unless ``include_input_errors``. ``disk`` is each run
+    folder's current size."""
+    from kdbench.disk import folder_bytes, human_bytes
+
     frame = load_records(runs_dir)
+    if not frame.empty and "input_error" in frame.columns and not include_input_errors:
+        hidden = frame["input_error"].fillna(False).astype(bool)
+        frame = frame[~hidden]
     if frame.empty:
         return "no result records under " + str(runs_dir)
+    frame = frame.assign(disk=[human_bytes(folder_bytes(Path(folder))) for folder in frame["run_dir"]])
     columns = ["method", "task", "student", "label", "seed", "status"]
     columns += sorted(c for c in frame.columns if c.startswith("metric."))
-    columns += ["student_params", "train_seconds", "run_dir"]
+    columns += ["student_params", "train_seconds", "disk", "run_dir"]
     frame = frame[[c for c in columns if c in frame.columns]]
     if fmt == "csv":
         return frame.to_csv(index=False)
     if fmt == "markdown":
-        return frame.to_markdown(index=False) if _has_tabulate() else frame.to_string(index=False)
+        return frame.to_markdown(index=False) if _has_tabulate() else markdown_table(frame)
     if fmt == "json":
         return frame.to_json(orient="records", indent=2)
     raise ValueError(f"unknown format {fmt!r} (markdown, csv, json)")
+
+
+def markdown_table(frame: Any) -> str:
+    """A GitHub-flavoured Markdown table of a DataFrame (what ``to_markdown`` gives, without its
+    optional ``tabulate`` dependency): numbers right-aligned, ``|`` in cells escaped, NaN empty."""
+    import pandas as pd
+
+    def cell(value: Any) -> str:
+        if value is None or (isinstance(value, float) and pd.isna(value)):
+            return ""
+        text = f"{value:g}" if isinstance(value, float) else str(value)
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    columns = [str(c) for c in frame.columns]
+    rows = [[cell(v) for v in row] for row in frame.itertuples(index=False)]
+    numeric = [pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns]
+    widths = [max([len(c), 3, *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.rjust(w) if n else c.ljust(w) for c, w, n in zip(cells, widths, numeric)) + " |"
+
+    rule = "|" + "|".join(("-" * (w + 1) + ":") if n else (":" + "-" * (w + 1)) for w, n in zip(widths, numeric)) + "|"
+    return "\n".join([line(columns), rule, *(line(r) for r in rows)])
 
 
 def _has_tabulate() -> bool:

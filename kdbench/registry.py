@@ -114,6 +114,11 @@ class Registry(Generic[T]):
         names = sorted(self._entries)
         return sorted(names + list(self._aliases)) if include_aliases else names
 
+    def aliases(self, name: str) -> list[str]:
+        """The other names that resolve to ``name`` (what ``kdbench list`` shows beside it)."""
+        key = self.canonical(name)
+        return sorted(alias for alias, target in self._aliases.items() if target == key)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 

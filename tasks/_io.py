@@ -10,7 +10,7 @@ from typing import Any
 
 from kdbench.errors import DataError
 
-__all__ = ["DataError", "BadRows", "read_tsv_lines", "read_named_rows", "require_file"]
+__all__ = ["DataError", "BadRows", "read_tsv_lines", "read_named_rows", "require_file", "require_utf8_text"]
 
 
 class BadRows:
@@ -39,16 +39,51 @@ def require_file(path: Path, what: str = "data file") -> Path:
     return path
 
 
+_OTHER_ENCODINGS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
+                    (b"\xfe\xff", "UTF-16"))
+
+
+def require_utf8_text(path: Path) -> None:
+    """Raise DataError naming the file when it is UTF-16/32 text (by its byte-order mark) or binary
+    (a NUL byte in its first block): both would otherwise fail deep inside decoding or tokenising."""
+    with open(path, "rb") as handle:
+        head = handle.read(1 << 16)
+    for mark, encoding in _OTHER_ENCODINGS:
+        if head.startswith(mark):
+            raise DataError(f"{path}: the file is {encoding} text; save it as UTF-8")
+    if b"\x00" in head:
+        raise DataError(f"{path}: not a text file (it holds NUL bytes: binary, or UTF-16 without a byte-order mark)")
+
+
+def _decode_error(path: Path, number: int, error: UnicodeDecodeError) -> DataError:
+    return DataError(f"{path}, line {number}: not UTF-8 text (byte {error.object[error.start:error.start + 1]!r}); "
+                     "save the file as UTF-8")
+
+
+def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line_number, line)`` of a UTF-8 text file (BOM dropped), decoded line by line so that an
+    undecodable line is a DataError naming the file and that line."""
+    require_utf8_text(path)
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise _decode_error(path, number, error) from None
+
+
 def read_tsv_lines(path: Path) -> Iterator[tuple[int, list[str]]]:
     """``(line_number, fields)`` for each non-blank line, split on tabs with no quote handling (as
-    GLUE's own processors read with ``quotechar=None``). A UTF-8 byte-order mark is dropped."""
+    GLUE's own processors read with ``quotechar=None``). A UTF-8 byte-order mark is dropped; a file
+    that is not UTF-8 text is a DataError naming it (and the line)."""
     path = require_file(path)
-    with open(path, encoding="utf-8-sig", newline="") as handle:
-        for number, line in enumerate(handle, start=1):
-            line = line.rstrip("\n").rstrip("\r")
-            if line.strip() == "":
-                continue
-            yield number, line.split("\t")
+    for number, line in _text_lines(path):
+        line = line.rstrip("\n").rstrip("\r")
+        if line.strip() == "":
+            continue
+        yield number, line.split("\t")
 
 
 def read_named_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
@@ -71,8 +106,11 @@ def read_named_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, An
                 rows.append((number, dict(zip(header, fields))))
         return header, rows
     if suffix in (".json", ".jsonl"):
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        require_utf8_text(path)
+        try:
+            text = path.read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as error:
+            raise _decode_error(path, path.read_bytes()[:error.start].count(b"\n") + 1, error) from None
         try:
             if suffix == ".jsonl":
                 records = [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -89,6 +127,10 @@ def read_named_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, An
 
 
 def _read_csv(path: Path) -> list[tuple[int, list[str]]]:
+    require_utf8_text(path)
     with open(path, encoding="utf-8-sig", newline="") as handle:
         reader = csv.reader(handle)
-        return [(reader.line_num, row) for row in reader if row]
+        try:
+            return [(reader.line_num, row) for row in reader if row]
+        except UnicodeDecodeError as error:
+            raise _decode_error(path, reader.line_num + 1, error) from None

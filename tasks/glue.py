@@ -320,8 +320,11 @@ class GlueTask(Task):
         header = [h.strip() for h in first[1]]
         if not glue_file.header:
             return len(header) == glue_file.num_cols and not set(self.glue.text_fields) & set(header)
-        return not set(self._columns_for(self.glue.text_fields[0])) & set(header) or (
-            self.glue.name.startswith("mnli") and "sentence1_binary_parse" in header)
+        if self.glue.name.startswith("mnli") and "sentence1_binary_parse" in header:
+            return True
+        if set(header) & set(_LABEL_ALIASES):  # a named-column file: a missing text column is an error
+            return False
+        return not set(self._columns_for(self.glue.text_fields[0])) & set(header)
 
     def _columns_for(self, field_name: str) -> tuple[str, ...]:
         return (field_name, *self.glue.column_aliases.get(field_name, ()))

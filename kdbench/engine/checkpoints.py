@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
+import struct
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +17,9 @@ from transformers.trainer_utils import get_last_checkpoint
 
 if TYPE_CHECKING:
     from kdbench.engine.models import DistillationModule
+
+
+log = logging.getLogger("kdbench")
 
 
 class CheckpointError(RuntimeError):
@@ -74,13 +80,50 @@ def last_complete_checkpoint(stage_dir: Path) -> str | None:
         return None
     while (latest := get_last_checkpoint(str(stage_dir))) is not None:
         folder = Path(latest)
-        try:
-            json.loads((folder / "trainer_state.json").read_text())
-            complete = (folder / STUDENT_DIR / "model.safetensors").is_file() and (folder / EXTRAS_FILE).is_file()
-        except (OSError, ValueError):
-            complete = False
-        if complete:
+        problem = checkpoint_problem(folder)
+        if problem is None:
             return latest
-        print(f"[kdbench] removing incomplete checkpoint {folder} (interrupted while saving)", flush=True)
+        earlier = [p for p in Path(stage_dir).glob("checkpoint-*") if p != folder and p.is_dir()]
+        fallback = "falling back to the previous checkpoint" if earlier else "no earlier checkpoint: starting the stage over"
+        print(f"[kdbench] checkpoint {folder} is unusable ({problem}); removing it, {fallback}", flush=True)
+        log.warning("checkpoint %s is unusable (%s); %s", folder, problem, fallback)
         shutil.rmtree(folder)
+    return None
+
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot be resumed from (missing/unreadable state, a weights file cut short, a
+    truncated optimiser archive), or None when it is intact. Reads headers and sizes only."""
+    try:
+        json.loads((folder / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return "trainer_state.json missing or unreadable: interrupted while saving"
+    for weights in (folder / STUDENT_DIR / "model.safetensors", folder / EXTRAS_FILE):
+        problem = safetensors_problem(weights)
+        if problem is not None:
+            return problem
+    for archive in (folder / "optimizer.pt", folder / "scheduler.pt"):
+        if archive.exists() and not zipfile.is_zipfile(archive):
+            return f"{archive.name} is truncated or corrupted"
+    return None
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """None when ``path`` is a complete safetensors file: its header parses and the tensors it
+    declares end exactly at the end of the file."""
+    if not path.is_file():
+        return f"{path.name} is missing"
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as handle:
+            (header_size,) = struct.unpack("<Q", handle.read(8))
+            if header_size > size - 8:
+                raise ValueError
+            header = json.loads(handle.read(header_size))
+    except (OSError, ValueError, struct.error):
+        return f"{path.name} is truncated or corrupted ({size} bytes, unreadable header)"
+    ends = [entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"]
+    expected = 8 + header_size + max(ends, default=0)
+    if size != expected:
+        return f"{path.name} is truncated ({size} of {expected} bytes)"
     return None

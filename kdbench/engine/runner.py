@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import time
 import traceback
 from collections.abc import Sequence
@@ -19,19 +20,24 @@ from pathlib import Path
 from typing import Any
 
 from transformers import DataCollatorWithPadding, PreTrainedModel, TrainerCallback
+from transformers.trainer_callback import ProgressCallback
 
 from kdbench.cache import TeacherCacheSession
 from kdbench.config import ConfigError, RunConfig, save_config
+from kdbench.disk import folder_bytes, human_bytes, prune_stage
 from kdbench.engine.checkpoints import last_complete_checkpoint, load_module, save_module
 from kdbench.engine.evaluation import evaluate_student
 from kdbench.engine.models import DistillationModule, training_device
 from kdbench.engine.planning import RunPlan, check_model_paths_exist, plan_run
+from kdbench.engine.preflight import preflight
+from kdbench.engine.run_log import StageProgress, TimedCheckpoints, run_log_file
 from kdbench.engine.setup import prepare_run
 from kdbench.engine.trainer import DistillationTrainer, ResumeLogger, stage_optimization, training_arguments
-from kdbench.errors import TrainingOutOfMemoryError, is_out_of_memory
+from kdbench.errors import DataError, TrainingOutOfMemoryError, is_out_of_memory
 from kdbench.method import Stage
-from kdbench.records import (RESULT_FILE, SCHEMA_VERSION, kdbench_revision, library_versions, read_record,
-                             run_lock, write_json_atomic)
+from kdbench.records import (INTERRUPTED, RESULT_FILE, SCHEMA_VERSION, kdbench_revision, library_versions,
+                             read_record, run_lock, write_json_atomic)
+from kdbench.registry import UnknownNameError
 from kdbench.students import count_parameters
 from kdbench.task import EncodedSplit, Task
 
@@ -39,6 +45,8 @@ log = logging.getLogger("kdbench")
 
 
 STAGE_DONE = "stage_done.json"
+# Errors in what the user gave (data, config, names): a run that never trained leaves no folder.
+USER_INPUT_ERRORS = (ConfigError, DataError, UnknownNameError)
 
 
 @dataclass
@@ -63,10 +71,13 @@ def run_experiment(config: RunConfig, callbacks: Sequence[TrainerCallback] = ())
     """
     plan = plan_run(config)
     check_model_paths_exist(config)
+    preflight(plan)  # model configs, heads, lengths, the method's stages: before any run folder exists
+    fresh = not plan.run_dir.exists()
     if not is_main_process():  # the other ranks of a multi-GPU job train alongside rank 0 and write nothing
-        return _run_planned(plan, callbacks)
-    with run_lock(plan.run_dir):  # one writer per run folder, released by the kernel if killed
-        return _run_planned(plan, callbacks)
+        return _run_planned(plan, callbacks, fresh)
+    # One writer per run folder (the lock is released by the kernel if killed); its log in train.log.
+    with run_lock(plan.run_dir), run_log_file(plan.run_dir):
+        return _run_planned(plan, callbacks, fresh)
 
 
 def is_main_process() -> bool:
@@ -75,7 +86,7 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback]) -> Path:
+def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback], fresh: bool = False) -> Path:
     run_dir = plan.run_dir
     record_path = run_dir / RESULT_FILE
     if record_path.is_file():
@@ -107,6 +118,23 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback]) -> Path:
     try:
         outcome = _execute(plan, run_dir, callbacks)
         record.update(outcome, status="completed", error=None)
+    except KeyboardInterrupt:  # the user stopped it: not a failure of the method; re-running resumes
+        record.update(status=INTERRUPTED, error="interrupted (KeyboardInterrupt)",
+                      train_seconds=round(time.perf_counter() - started, 2))
+        if writer:
+            write_json_atomic(record_path, record)
+            log.warning("run %s interrupted; run the same command again to resume", run_dir)
+        raise
+    except USER_INPUT_ERRORS as error:
+        if writer and fresh and not any(run_dir.rglob("checkpoint-*")):
+            # Bad data or config found after planning: nothing was trained, so nothing is kept.
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        record.update(status="failed", error=f"{type(error).__name__}: {error}", input_error=True,
+                      train_seconds=round(time.perf_counter() - started, 2))
+        if writer:
+            write_json_atomic(record_path, record)
+        raise
     except BaseException as error:
         record.update(status="failed", error=f"{type(error).__name__}: {error}",
                       traceback=traceback.format_exc(limit=20), train_seconds=round(time.perf_counter() - started, 2))
@@ -115,7 +143,10 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback]) -> Path:
         raise
     record["train_seconds"] = round(time.perf_counter() - started, 2)
     if writer:
+        record["disk_bytes"] = folder_bytes(run_dir)
         write_json_atomic(record_path, record)
+        print(f"[kdbench] run folder {run_dir} holds {human_bytes(record['disk_bytes'])} "
+              f"(kdbench prune {run_dir.parent} removes finished runs' checkpoints)", flush=True)
     return run_dir
 
 
@@ -170,6 +201,8 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
           f"{f', {world} processes' if world > 1 else ''})", flush=True)
     checkpoint = last_complete_checkpoint(folder)
     args = training_arguments(config, stage, folder, task.spec.main_metric, has_eval=bool(eval_splits))
+    progress = StageProgress(stage.name, run_dir, task.spec.main_metric if args.load_best_model_at_end else None,
+                             show_bar=is_main_process())
     trainer = DistillationTrainer(
         model=module,
         args=args,
@@ -178,7 +211,7 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
         eval_dataset=eval_splits[0].features if eval_splits else None,
         data_collator=DataCollatorWithPadding(tokenizer),
         processing_class=tokenizer,
-        callbacks=[ResumeLogger(checkpoint), *callbacks],
+        callbacks=[ResumeLogger(checkpoint), progress, TimedCheckpoints(config.train.checkpoint_minutes), *callbacks],
         stage=stage,
         teacher=teacher,
         teacher_order=teacher_order,
@@ -188,6 +221,7 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
         cached_teacher=teacher_cache.for_stage(stage) if teacher_cache is not None and stage.uses_teacher else None,
         optimization=optimization,
     )
+    trainer.remove_callback(ProgressCallback)  # StageProgress shows the bar, with the loss terms
     started = time.perf_counter()
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
@@ -208,4 +242,5 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
     if is_main_process():
         save_module(module, folder / "final", tokenizer)
         write_json_atomic(done, result.__dict__)
+        prune_stage(folder, config.train.keep_checkpoints)
     return result

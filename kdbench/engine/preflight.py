@@ -1,0 +1,170 @@
+"""Plan-time checks that read model *configs* (never weights), run before a run folder exists.
+
+Errors that used to surface at the first training step (a wasted queue slot on Slurm) are found
+here in about a second: the output location, the teacher's head against the task's head and label
+count, ``max_seq_length`` against each model's position limit, and the method itself, built with
+both model configs so that its ``validate`` and ``stages`` run (``kdbench run --dry-run`` shows
+exactly this).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import AutoConfig, PretrainedConfig
+
+from kdbench.config import ConfigError, RunConfig
+from kdbench.engine.models import head_kwargs
+from kdbench.engine.planning import RunPlan
+from kdbench.method import Method, MethodContext, Stage
+from kdbench.task import HeadType, TaskSpec
+
+# Architectures whose position embeddings start after the padding index (RoBERTa's offset of 2).
+_POSITION_OFFSET_MODEL_TYPES = ("roberta", "xlm-roberta", "camembert", "longformer", "bart", "mbart")
+_HEAD_SUFFIXES = {
+    "ForSequenceClassification": (HeadType.CLASSIFICATION, HeadType.REGRESSION),
+    "ForQuestionAnswering": (HeadType.SPAN,),
+}
+
+
+@dataclass
+class DryRun:
+    """What planning built without loading weights: both model configs and the method's stages."""
+
+    teacher_config: PretrainedConfig | None
+    student_config: PretrainedConfig
+    stages: list[Stage]
+
+    def describe(self) -> list[str]:
+        lines = []
+        for role, cfg in (("teacher", self.teacher_config), ("student", self.student_config)):
+            if cfg is not None:
+                lines.append(f"{role}: {getattr(cfg, 'model_type', '?')}, {cfg.num_hidden_layers} layers, hidden "
+                             f"{cfg.hidden_size}, {cfg.num_attention_heads} heads, "
+                             f"{getattr(cfg, 'max_position_embeddings', '?')} positions")
+        for stage in self.stages:
+            lines.append(f"stage {stage.name}: epochs {stage.epochs if stage.epochs is not None else 'run'}, "
+                         f"lr {stage.lr if stage.lr is not None else 'run'}, teacher "
+                         f"{'yes' if stage.uses_teacher else 'no'}, select best {stage.select_best}")
+        return lines
+
+
+def check_output_folder(config: RunConfig) -> None:
+    """``output`` must be a folder (or not exist yet): a file there would fail at the first write."""
+    output = Path(config.output)
+    for parent in (output, *output.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"--output {config.output!r}: {str(parent)!r} is a file, not a folder")
+            break
+
+
+def check_local_model_paths(config: RunConfig) -> None:
+    """A model name that cannot be a Hub id (``namespace/name`` has one slash) is a local path: if it
+    does not exist, say so instead of letting the Hub client complain about its form."""
+    for role in ("teacher", "student", "tokenizer"):
+        name = getattr(config, role)
+        if name and name.count("/") >= 2 and not Path(name).expanduser().exists():
+            raise ConfigError(f"{role} folder {name!r} does not exist (relative to {str(Path.cwd())!r})")
+
+
+def load_model_config(name: str, role: str, trust_remote_code: bool) -> PretrainedConfig:
+    """A model's config.json through transformers, as a one-line ConfigError when it cannot be read."""
+    try:
+        return AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as error:  # missing/truncated config.json, bad repo id, offline Hub
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"{role} {name!r} cannot be loaded: {detail}") from None
+
+
+def check_teacher_head(teacher: str, teacher_config: PretrainedConfig, spec: TaskSpec) -> None:
+    """The teacher's saved head must be the task's: a classification teacher on a regression task
+    (or the wrong number of labels) would fail at the first step, or train on garbage logits."""
+    if spec.head is HeadType.MASKED_LM:
+        return
+    architectures = list(getattr(teacher_config, "architectures", None) or [])
+    heads = {head for arch in architectures for suffix, kinds in _HEAD_SUFFIXES.items()
+             if arch.endswith(suffix) for head in kinds}
+    fix = f"fine-tune a teacher on {spec.name} first (kdbench run finetune --task {spec.name} --student MODEL)"
+    if architectures and spec.head not in heads:
+        raise ConfigError(f"teacher {teacher!r} is a {'/'.join(architectures)} without a {spec.head.value} head "
+                          f"for task {spec.name!r}; {fix}")
+    if spec.head is HeadType.SPAN:
+        return
+    labels = int(getattr(teacher_config, "num_labels", 0) or 0)
+    if spec.head is HeadType.REGRESSION and labels != 1:
+        raise ConfigError(f"teacher {teacher!r} is a classification model with {labels} labels; task "
+                          f"{spec.name!r} is a regression (num_labels=1); {fix}")
+    if spec.head is HeadType.CLASSIFICATION and labels != spec.num_labels:
+        kind = "a regression model (1 output)" if labels == 1 else f"a classifier with {labels} labels"
+        raise ConfigError(f"teacher {teacher!r} is {kind}; task {spec.name!r} has {spec.num_labels} labels "
+                          f"({', '.join(spec.label_names or ())}); {fix}")
+
+
+def position_limit(model_config: PretrainedConfig) -> int | None:
+    """The longest input a model takes: ``max_position_embeddings`` (less RoBERTa's padding offset)."""
+    limit = getattr(model_config, "max_position_embeddings", None)
+    if not isinstance(limit, int):
+        return None
+    if getattr(model_config, "model_type", "") in _POSITION_OFFSET_MODEL_TYPES:
+        limit -= (getattr(model_config, "pad_token_id", 1) or 1) + 1
+    return limit
+
+
+def check_sequence_length(config: RunConfig, models: dict[str, PretrainedConfig | None]) -> None:
+    length = config.train.max_seq_length
+    for role, model_config in models.items():
+        limit = position_limit(model_config) if model_config is not None else None
+        if limit is not None and length > limit:
+            name = config.teacher if role == "teacher" else config.student
+            raise ConfigError(f"max_seq_length={length} is longer than the {role} {name!r} takes "
+                              f"(max_position_embeddings {limit}); use max_seq_length={limit} or less")
+
+
+def student_config(plan: RunPlan, teacher_config: PretrainedConfig | None) -> PretrainedConfig:
+    """The student's config as :func:`kdbench.engine.build_student` builds it, without weights."""
+    config, spec = plan.config, plan.task.spec
+    if plan.preset is not None:
+        model_config = plan.preset.build_config(teacher_config)
+    else:
+        model_config = load_model_config(config.student, "student", config.trust_remote_code)
+    for key, value in head_kwargs(spec, spec.head).items():
+        setattr(model_config, key, value)
+    return model_config
+
+
+def build_stages(method: Method, context: MethodContext) -> list[Stage]:
+    """Run the method's ``validate``, ``extra_modules`` and ``stages`` on a fresh copy of it (a
+    method may keep what it builds on itself). A bug in a plug-in's stage declaration (a wrong
+    keyword, an unknown feature) is reported in one line naming the method."""
+    probe = type(method)(copy.deepcopy(method.params))
+    probe.validate(context)
+    try:
+        probe.extra_modules(context)
+        stages = probe.stages(context)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, NotImplementedError) as error:
+        raise ConfigError(f"method {method.name}: its stages cannot be built: {type(error).__name__}: "
+                          f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}") from None
+    if not stages:
+        raise ConfigError(f"method {method.name} declares no stages")
+    return list(stages)
+
+
+def preflight(plan: RunPlan) -> DryRun:
+    """Every plan-time check that needs model configs; raises ConfigError naming the bad value."""
+    config, spec = plan.config, plan.task.spec
+    check_output_folder(config)
+    check_local_model_paths(config)
+    teacher_config = None
+    if config.teacher:
+        teacher_config = load_model_config(config.teacher, "teacher", config.trust_remote_code)
+        if plan.method.requires_teacher:
+            check_teacher_head(config.teacher, teacher_config, spec)
+    student = student_config(plan, teacher_config)
+    check_sequence_length(config, {"teacher": teacher_config, "student": student})
+    context = MethodContext(task=spec, student_config=student, teacher_config=teacher_config, run=config)
+    return DryRun(teacher_config, student, build_stages(plan.method, context))

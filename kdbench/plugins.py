@@ -48,7 +48,7 @@ STUDENTS.register_lazy("teacher-3l-192", "kdbench.students:TEACHER_3L_192")
 for _name, _attr in (("mobilebert-24l", "MOBILEBERT_24L"), ("mobilebert-tiny", "MOBILEBERT_TINY"),
                     ("ib-bert-large", "IB_BERT_LARGE"), ("mobilebert-6l-384", "MOBILEBERT_6L_384")):
     STUDENTS.register_lazy(_name, f"kdbench.students:{_attr}")
-for _layers in (1, 2, 3, 4, 6):
+for _layers in (1, 2, 3, 4, 5, 6):
     STUDENTS.register_lazy(f"teacher-{_layers}l", f"kdbench.students:TEACHER_{_layers}L")
 
 # Tables: name -> spec (results/tables/<name>.yaml), loaded by kdbench.tables on first use.

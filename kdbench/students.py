@@ -67,6 +67,8 @@ TEACHER_3L = StudentPreset("teacher-3l", "the teacher's architecture with 3 laye
                            from_teacher=True)
 TEACHER_4L = StudentPreset("teacher-4l", "the teacher's architecture with 4 layers", {"num_hidden_layers": 4},
                            from_teacher=True)
+TEACHER_5L = StudentPreset("teacher-5l", "the teacher's architecture with 5 layers", {"num_hidden_layers": 5},
+                           from_teacher=True)
 TEACHER_6L = StudentPreset("teacher-6l", "the teacher's architecture with 6 layers", {"num_hidden_layers": 6},
                            from_teacher=True)
 

@@ -542,6 +542,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if not (Path(args.folder) / MANIFEST).is_file():  # a folder of plain `kdbench run` runs
+        from kdbench.records import format_run_states, run_states
+
+        states = run_states(Path(args.folder))
+        print(json.dumps(states, indent=2) if args.json else format_run_states(states))
+        return 0
     statuses = sweep_status(args.folder)
     if args.json:
         print(json.dumps([s.__dict__ for s in statuses], indent=2))
@@ -559,7 +565,7 @@ def add_command(subparsers: Any) -> None:
     sweep.add_argument("--dry-run", action="store_true", help="list the runs and their folders; submit nothing")
     sweep.set_defaults(handler=cmd_sweep)
 
-    status = subparsers.add_parser("status", help="state of each run of a sweep: done / running / failed")
-    status.add_argument("folder", help="the sweep folder (its output)")
+    status = subparsers.add_parser("status", help="state of each run of a sweep (or of a folder of runs)")
+    status.add_argument("folder", help="the sweep folder (its output), or a folder of run folders")
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=cmd_status)

@@ -789,9 +789,7 @@ def _notes(spec: TableSpec, runs, unmatched: list[int]) -> list[str]:
                      f"{spec.seq_len} (params incl. the W_h projection when the teacher is wider; "
                      "speed-up measured on this machine vs the run's teacher, only with --latency)")
     if len(runs):
-        failed = int((runs["status"] != "completed").sum()) if "status" in runs else 0
-        if failed:
-            notes.append(f"{failed} failed run(s) not shown")
+        notes += unfinished_notes(runs)
         if unmatched:
             names = sorted({_describe_run(runs.loc[i]) for i in unmatched})
             shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
@@ -864,8 +862,8 @@ def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer) -> Tabl
         f"only when all were run; {MISSING} = not run")
     table.notes.append(f"Params/FLOPs: kdbench.measure at sequence length {spec.seq_len}; Speed-up: measured "
                        "throughput ratio vs the run's teacher at batch 32 on this machine (only with --latency)")
-    if len(runs) and "status" in runs and (runs["status"] != "completed").any():
-        table.notes.append(f"{int((runs['status'] != 'completed').sum())} failed run(s) not shown")
+    if len(runs):
+        table.notes += unfinished_notes(runs)
     _note_selection(table)
     return table
 
@@ -975,3 +973,19 @@ def add_command(subparsers) -> None:
     parser.add_argument("--latency", action="store_true",
                         help="time the runs' models on this machine for the speed-up column (slow on CPU)")
     parser.set_defaults(handler=cmd_table)
+
+
+def unfinished_notes(runs: Any) -> list[str]:
+    """Footnotes for runs not shown: failures of the method, and runs the user interrupted (which
+    resume when run again, so they are not counted as failures)."""
+    if "status" not in runs:
+        return []
+    status = runs["status"]
+    notes = []
+    failed = int(((status != "completed") & (status != "interrupted")).sum())
+    interrupted = int((status == "interrupted").sum())
+    if failed:
+        notes.append(f"{failed} failed run(s) not shown")
+    if interrupted:
+        notes.append(f"{interrupted} interrupted run(s) not shown (resumable)")
+    return notes

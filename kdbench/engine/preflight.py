@@ -76,7 +76,9 @@ def load_model_config(name: str, role: str, trust_remote_code: bool) -> Pretrain
         return AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as error:  # missing/truncated config.json, bad repo id, offline Hub
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ConfigError(f"{role} {name!r} cannot be loaded: {detail}") from None
+        hint = ("; it ships its own Python code, which kdbench does not run unless you review it and pass "
+                "trust_remote_code=true" if "trust_remote_code" in str(error) else "")
+        raise ConfigError(f"{role} {name!r} cannot be loaded: {detail}{hint}") from None
 
 
 def check_teacher_head(teacher: str, teacher_config: PretrainedConfig, spec: TaskSpec) -> None:

@@ -111,7 +111,7 @@ def finished_run(tiny_world, tmp_path_factory):
     from kdbench.cli import main
 
     output = tmp_path_factory.mktemp("finished")
-    assert main(tiny_world.run_args("kd", output)) == 0
+    assert main(tiny_world.run_args("kd", output, "keep_checkpoints=all")) == 0
     (run_dir,) = [p for p in output.iterdir() if p.is_dir()]
     return run_dir
 
@@ -161,13 +161,20 @@ def test_resume_loads_trainer_state_with_weights_only(finished_run, tiny_world, 
     assert "training_args.bin" not in names
 
 
-def test_corrupted_checkpoint_on_resume_is_named(finished_run, tiny_world, tmp_path, capsys):
+def test_corrupted_checkpoint_on_resume_is_named_and_skipped(finished_run, tiny_world, tmp_path, capsys):
+    """A truncated last checkpoint is named, removed, and the run resumes from the intact earlier one
+    (issue 18: it used to stop the run although an intact checkpoint existed)."""
+    from kdbench.cli import main
+
     run_dir = _resumable_copy(finished_run, tmp_path)
     last = max(run_dir.glob("stages/*/checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     weights = last / "student" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:200])
-    message = cli_error(tiny_world.run_args("kd", run_dir.parent), capsys)
-    assert str(last) in message and "corrupted or truncated" in message
+    capsys.readouterr()
+    assert main(tiny_world.run_args("kd", run_dir.parent, "keep_checkpoints=all")) == 0
+    out = capsys.readouterr().out
+    assert f"checkpoint {last} is unusable (model.safetensors is truncated or corrupted" in out
+    assert f"resuming from {last.parent / 'checkpoint-2'} at step 2" in out
 
 
 def test_checkpoint_cut_short_by_a_kill_is_skipped(finished_run, tiny_world, tmp_path):

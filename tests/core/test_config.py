@@ -61,8 +61,8 @@ def test_yaml_must_be_a_mapping_and_is_loaded_safely(tmp_path):
         load_yaml(path)
     unsafe = tmp_path / "unsafe.yaml"
     unsafe.write_text("method: !!python/object/apply:os.system ['echo pwned']\n")
-    with pytest.raises(yaml.YAMLError):
-        load_yaml(unsafe)
+    with pytest.raises(ConfigError, match=r"unsafe.yaml', line 1: not a plain YAML mapping .*python/object/apply"):
+        load_yaml(unsafe)  # refused by safe_load, reported in one line
 
 
 def test_hash_ignores_output_location_and_round_trips(tmp_path):

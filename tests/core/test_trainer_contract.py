@@ -48,7 +48,8 @@ def test_trainer_calls_the_checkpoint_overrides_for_save_resume_and_best_model(t
     # it; its prediction stage selects the best checkpoint on dev.
     config = build_run_config({"method": "tinybert", "task": "sst2", "teacher": str(tiny_teacher),
                                "student": "teacher-1l", "mode": "task", "data_dir": str(shared_data / "glue_data"),
-                               "output": str(tmp_path), **TINY_RUN, "train.save_total_limit": 10})
+                               "output": str(tmp_path), **TINY_RUN, "train.save_total_limit": 10,
+                               "keep_checkpoints": "all"})  # the default keeps only the last once a stage ends
     run_dir = run_experiment(config)
     intermediate_dir, stage_dir = run_dir / "stages" / "0-intermediate", run_dir / "stages" / "1-prediction"
 

@@ -6,7 +6,6 @@ run in ``--dry-run`` as in a real run."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 

@@ -26,7 +26,7 @@ def test_markdown_table_without_tabulate():
 def test_results_markdown_is_a_pipe_table(tmp_path, capsys, monkeypatch):
     import json
 
-    import kdbench.records as records
+    from kdbench import records
 
     monkeypatch.setattr(records, "_has_tabulate", lambda: False)
     run = tmp_path / "kd-sst2-000000000000"
@@ -67,7 +67,7 @@ def test_run_help_explains_method_and_task(capsys):
 
 
 def test_plot_does_not_time_models_by_default(monkeypatch, tmp_path):
-    import kdbench.plots as plots
+    from kdbench import plots
 
     seen = {}
 

@@ -280,3 +280,60 @@ def graceful_requeue_callback(signum: int | None = None):
                 self._hand_over()
 
     return GracefulRequeue()
+
+
+# ---------------------------------------------------------------------------------------------
+# What Slurm knows about submitted jobs
+# ---------------------------------------------------------------------------------------------
+# Job states (squeue/sacct names) in which a job may still run: it is neither finished nor gone.
+SLURM_LIVE_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
+                               "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED",
+                               "RESV_DEL_HOLD", "SPECIAL_EXIT"})
+
+
+def slurm_job_states(job_ids: list[str] | tuple[str, ...] | set[str], timeout_s: float = 30) -> dict[str, str | None] | None:
+    """Slurm's state of each job id (``123`` or an array task ``123_4``): ``PENDING``, ``RUNNING``,
+    ``COMPLETED``, ``FAILED``, ``CANCELLED`` ... (the first word of the state, so ``CANCELLED by 0``
+    reads ``CANCELLED``), or ``None`` for a job Slurm knows nothing of any more.
+
+    ``squeue --array`` answers for queued and running jobs (an array task that has not started yet
+    has no accounting record of its own), ``sacct`` for finished ones. A *pending* array task that
+    is cancelled disappears from both: Slurm 22.05 just removes it from the array, so ``None`` for a
+    job that was submitted means it was cancelled before it started. Returns ``None`` (no answer at
+    all) when Slurm cannot be asked.
+    """
+    import subprocess
+
+    wanted = {str(job) for job in job_ids if job}
+    if not wanted:
+        return {}
+    user = os.environ.get("USER") or _user_name()
+    try:
+        queue = subprocess.run(["squeue", "--array", "--noheader", "--format=%i|%T", f"--user={user}"],
+                               capture_output=True, text=True, timeout=timeout_s, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    states: dict[str, str | None] = {}
+    for line in queue.splitlines():
+        job, _, state = line.strip().partition("|")
+        if job in wanted and state:
+            states[job] = state.split()[0]
+    rest = sorted(wanted - set(states))
+    if rest:
+        try:
+            acct = subprocess.run(["sacct", "--noheader", "--parsable2", "--allocations", "--format=JobID,State",
+                                   f"--jobs={','.join(rest)}"], capture_output=True, text=True,
+                                  timeout=timeout_s, check=True).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+        for line in acct.splitlines():
+            job, _, state = line.strip().partition("|")
+            if job in wanted and job not in states and state:
+                states[job] = state.split()[0]
+    return {job: states.get(job) for job in wanted}
+
+
+def _user_name() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name

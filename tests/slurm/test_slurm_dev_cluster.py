@@ -8,16 +8,15 @@ most of a job's time is Python start-up.
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-
 from tiny_models import TINY_RUN
 
 pytestmark = pytest.mark.slurm
@@ -42,65 +41,149 @@ def sacct(job: str) -> list[list[str]]:
     return [line.split("|") for line in out.splitlines() if line.strip()]
 
 
-def test_sweep_runs_as_job_array_failed_cell_reported_and_alone_resubmitted(tmp_path, tiny_models, capsys):
+def settle(folder: Path, timeout_s: float = 360) -> dict[str, object]:
+    """Poll `kdbench status` (the library call) until no run is pending/running/requeued."""
+    from kdbench.sweep import LIVE_STATES, sweep_status
+
+    deadline = time.perf_counter() + timeout_s
+    while True:
+        statuses = {s.name: s for s in sweep_status(folder)}
+        if not any(s.state in LIVE_STATES for s in statuses.values()):
+            return statuses
+        assert time.perf_counter() < deadline, {n: s.state for n, s in statuses.items()}
+        time.sleep(1)
+
+
+def submitted_runs(folder: Path) -> list[list[str]]:
+    return [sorted(s["runs"]) for s in json.loads((folder / "sweep.json").read_text())["submissions"]]
+
+
+def test_sweep_is_submitted_at_once_with_dependencies_and_completes_without_the_driver(tmp_path, tiny_models,
+                                                                                       capsys):
     from kdbench.cli import main
 
-    train_file = tmp_path / "late_train.tsv"  # missing on the first run: that cell fails at run time
+    train_file = tmp_path / "late_train.tsv"  # missing on the first run: that teacher fails at run time
+    folder = tmp_path / "sweep"
     spec = {
         "name": "slurm-ci",
-        "output": str(tmp_path / "sweep"),
+        "output": str(folder),
         "defaults": {**TINY_RUN, "student": str(tiny_models["student"])},
         "stages": {"finetune-teacher": {"method": "finetune", "task": "${task}", "student": str(tiny_models["teacher"]),
-                                        "seed": 1}},
+                                        "seed": 1},
+                   "late-teacher": {"method": "finetune", "task": "sst2", "student": str(tiny_models["teacher"]),
+                                    "seed": 1, "train_file": str(train_file)}},
         "grid": {"methods": {"kd": {"teacher": "${finetune-teacher}"}, "finetune": {}},
                  "tasks": ["sst2"], "seeds": [1, 2]},
-        "cells": [{"method": "finetune", "task": "sst2", "seed": 3, "label": "late-data", "train_file": str(train_file)}],
+        "cells": [{"method": "kd", "task": "sst2", "seed": 3, "label": "from-late-teacher",
+                   "teacher": "${late-teacher}"}],
     }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
 
     started = time.perf_counter()
-    assert main(["sweep", str(path), "--executor", "slurm", "--profile", "dev"]) == 1  # one cell failed
-    first_seconds = time.perf_counter() - started
-    manifest = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
-    level0, level1 = manifest["submissions"]
-    assert sorted(level0["runs"]) == ["finetune-sst2-s1", "finetune-sst2-s2", "finetune-teacher-sst2", "late-data"]
-    assert sorted(level1["runs"]) == ["kd-sst2-s1", "kd-sst2-s2"]  # after the shared teacher, which ran once
-    for submission in (level0, level1):  # each level is ONE sbatch array: <array id>_<index>
-        array_ids = {job.split("_")[0] for job in submission["job_ids"]}
-        assert len(array_ids) == 1 and all("_" in job for job in submission["job_ids"])
-        states = dict(sacct(array_ids.pop()))
-        assert len([j for j in states if "_" in j]) == len(submission["job_ids"]), states
+    assert main(["sweep", str(path), "--executor", "slurm", "--profile", "dev"]) == 0  # returns after submitting
+    submit_seconds = time.perf_counter() - started
+    out = capsys.readouterr().out
+    assert "the sweep runs without this process" in out
+    manifest = json.loads((folder / "sweep.json").read_text())
+    level0, kd_cells, late_cell = manifest["submissions"]
+    assert sorted(level0["runs"]) == ["finetune-sst2-s1", "finetune-sst2-s2", "finetune-teacher-sst2", "late-teacher"]
+    job_of = dict(zip(level0["runs"], level0["job_ids"]))
+    # each dependent array waits for its own teacher only (afterok), and was submitted before any run ended
+    assert sorted(kd_cells["runs"]) == ["kd-sst2-s1", "kd-sst2-s2"] and kd_cells["after"] == [job_of["finetune-teacher-sst2"]]
+    assert late_cell["runs"] == ["from-late-teacher"] and late_cell["after"] == [job_of["late-teacher"]]
+    for submission in manifest["submissions"]:  # each is ONE sbatch array: <array id>_<index>
+        assert len({job.split("_")[0] for job in submission["job_ids"]}) == 1
+    array = kd_cells["job_ids"][0].split("_")[0]
+    script = (folder / ".kdbench-sweep" / "jobs" / f"{array}_submission.sh").read_text()
+    assert f"#SBATCH --dependency=afterok:{job_of['finetune-teacher-sst2']}" in script
+    assert "#SBATCH --kill-on-invalid-dep=yes" in script
+    statuses = settle(folder)  # this process no longer drives anything: Slurm runs the sweep
+    sweep_seconds = time.perf_counter() - started
 
-    capsys.readouterr()
-    assert main(["status", str(tmp_path / "sweep")]) == 0
-    status = capsys.readouterr().out
-    print(status)
-    lines = {line.split()[0]: line for line in status.splitlines() if line and not line.startswith(" ")}
-    for cell in ("finetune-sst2-s1", "finetune-sst2-s2", "kd-sst2-s1", "kd-sst2-s2", "finetune-teacher-sst2"):
-        assert lines[cell].split()[1] == "done"
-    assert lines["late-data"].split()[1] == "failed"
-    assert f"error: DataError: sst2: data file '{train_file}' does not exist" in status
+    states = {name: s.state for name, s in statuses.items()}
+    assert states == {"finetune-teacher-sst2": "done", "late-teacher": "failed", "kd-sst2-s1": "done",
+                      "kd-sst2-s2": "done", "finetune-sst2-s1": "done", "finetune-sst2-s2": "done",
+                      "from-late-teacher": "blocked"}, states
+    assert statuses["late-teacher"].error.startswith(f"DataError: sst2: data file '{train_file}' does not exist")
+    assert statuses["from-late-teacher"].error == "dependency late-teacher did not complete"
+    blocked_job = statuses["from-late-teacher"].job_id
+    assert sacct(blocked_job) == [[blocked_job, "CANCELLED"]]  # Slurm cancelled it: its dependency failed
+    assert not (Path(statuses["from-late-teacher"].run_dir) / "result.json").exists()  # it never ran
 
-    # fix the cause, run the same sweep again: only the failed cell is submitted
+    # fix the cause and run the same sweep again, following it to the end: only the two missing runs go
     train_file.write_text("".join((Path(os.environ["KDBENCH_DATA_DIR"]) / "glue_data" / "SST-2" / "train.tsv")
                                   .read_text().splitlines(keepends=True)[:41]))
     started = time.perf_counter()
-    assert main(["sweep", str(path), "--executor", "slurm", "--profile", "dev"]) == 0
+    assert main(["sweep", str(path), "--executor", "slurm", "--profile", "dev", "--wait", "--poll", "1"]) == 0
     rerun_seconds = time.perf_counter() - started
-    manifest = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
-    assert len(manifest["submissions"]) == 3 and manifest["submissions"][-1]["runs"] == ["late-data"]
-    capsys.readouterr()
-    main(["status", str(tmp_path / "sweep")])
-    assert capsys.readouterr().out.strip().splitlines()[-1] == "6 done"
-    print(f"TIMING sweep: first run {first_seconds:.0f}s (6 runs, 2 arrays), rerun {rerun_seconds:.0f}s (1 run)")
+    out = capsys.readouterr().out
+    print(out)
+    for name in ("late-teacher", "from-late-teacher"):  # the live view: each change of state as it is seen
+        assert re.search(rf"\] \d\d:\d\d:\d\d {name}: (pending|running) -> done", out), name
+    assert out.strip().splitlines()[-2] == "7 done"
+    assert submitted_runs(folder)[3:] == [["late-teacher"], ["from-late-teacher"]]
+    print(f"TIMING walk-away sweep: submitted in {submit_seconds:.1f}s, 7 runs settled after {sweep_seconds:.0f}s "
+          f"without the driver; re-run with --wait (2 runs) {rerun_seconds:.0f}s")
+
+
+def test_rerun_during_a_live_sweep_submits_nothing_twice_and_a_cancelled_pending_task_is_not_waited_on(
+        tmp_path, tiny_models, capsys):
+    from kdbench.cli import main
+    from kdbench.sweep import wait_for_sweep
+
+    folder = tmp_path / "sweep"
+    spec = {
+        "name": "slurm-live",
+        "output": str(folder),
+        "defaults": {**TINY_RUN, "student": str(tiny_models["student"])},
+        "stages": {"finetune-teacher": {"method": "finetune", "task": "${task}", "student": str(tiny_models["teacher"]),
+                                        "seed": 1}},
+        "grid": {"methods": {"kd": {"teacher": "${finetune-teacher}"}}, "tasks": ["sst2"], "seeds": [1, 2]},
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    profile = tmp_path / "one-at-a-time.yaml"
+    profile.write_text(yaml.safe_dump({**yaml.safe_load((Path(__file__).parents[2] / "slurm" / "dev.yaml").read_text()),
+                                       "array_parallelism": 1}))
+    command = ["sweep", str(path), "--executor", "slurm", "--profile", str(profile)]
+    assert main(command) == 0
+    first = submitted_runs(folder)
+    assert first == [["finetune-teacher-sst2"], ["kd-sst2-s1", "kd-sst2-s2"]]
+
+    assert main(command) == 0  # the driver again, while everything is still queued or running
+    out = capsys.readouterr().out
+    assert submitted_runs(folder) == first  # nothing submitted twice
+    assert out.count("already queued or running") == 3
+
+    # cancel the second kd cell while it is still pending (held by its dependency / the array throttle)
+    kd2 = json.loads((folder / ".kdbench-sweep" / "state" / "kd-sst2-s2.json").read_text())["job_id"]
+    queued = subprocess.run(["squeue", "--array", "-h", "-o", "%i|%T"], check=True, capture_output=True,
+                            text=True, timeout=30).stdout
+    assert f"{kd2}|PENDING" in queued
+    subprocess.run(["scancel", kd2], check=True, timeout=30)
+    started = time.perf_counter()
+    statuses = {s.name: s for s in wait_for_sweep(folder, poll_seconds=1)}  # what --wait does: returns
+    waited = time.perf_counter() - started
+    assert {n: s.state for n, s in statuses.items()} == {"finetune-teacher-sst2": "done", "kd-sst2-s1": "done",
+                                                         "kd-sst2-s2": "cancelled"}
+    assert "cancelled before it started" in statuses["kd-sst2-s2"].error
+
+    assert main([*command, "--wait", "--poll", "1"]) == 0  # a re-run submits exactly the cancelled cell
+    assert submitted_runs(folder) == [*first, ["kd-sst2-s2"]]
+    for name in ("finetune-teacher-sst2", "kd-sst2-s1"):  # trained once: one job each, no duplicate ever ran
+        run_dir = Path(statuses[name].run_dir)
+        assert json.loads((run_dir / "result.json").read_text())["status"] == "completed"
+    logs = "".join(p.read_text() for p in (folder / ".kdbench-sweep" / "jobs").glob("*.err"))
+    assert "RunInProgressError" not in logs
+    print(f"TIMING live re-run: cancelled pending task seen after {waited:.0f}s (teacher + kd-s1 finished)")
 
 
 def test_tune_with_two_parallel_slurm_workers_and_the_best_config_runs(tmp_path, tiny_models, capsys):
+    import optuna
+
     from kdbench.cli import main
     from kdbench.tuning import make_storage
-
-    import optuna
 
     tiny = [f"{k}={v}" for k, v in TINY_RUN.items() if k != "lr"]
     storage = f"sqlite:///{tmp_path / 'tune' / 'study.db'}"

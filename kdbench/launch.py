@@ -209,6 +209,15 @@ def init_distributed(backend: str | None = None, init_process_group: bool = Fals
     return dist_env
 
 
+def current_job_id() -> str | None:
+    """This job's id as ``squeue``/``sacct`` name it (``<array job>_<task>`` for an array task), or
+    the local executor's job id, or None outside a job."""
+    job_id = os.environ.get("SLURM_ARRAY_JOB_ID")
+    if job_id and os.environ.get("SLURM_ARRAY_TASK_ID"):
+        return f"{job_id}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+    return os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")
+
+
 def configure_job_process() -> None:
     """Prepare a submitted job's process: thread count from the allocation, DDP variables.
 
@@ -232,8 +241,9 @@ def graceful_requeue_callback(signum: int | None = None):
     training happens to be. Anything trained since the last scheduled Trainer checkpoint would be
     lost. This callback installs its own handler that only records the signal; at the next step
     boundary it asks the Trainer to save a checkpoint and, once saved (``on_save``), hands over to
-    submitit's handler (checkpoint + requeue + exit). The requeued job reruns the same
-    ``run_experiment`` call, which resumes the stage from that checkpoint. Outside a Trainer loop
+    submitit's handler (checkpoint + requeue + exit), whose exit it raises as
+    :class:`kdbench.engine.resume.Requeued`, so the run is recorded ``requeued``. The requeued job
+    reruns the same ``run_experiment`` call, which resumes the stage from that checkpoint. Outside a Trainer loop
     (loading, evaluation after training) the signal goes to submitit's handler at once.
     """
     import signal
@@ -257,9 +267,14 @@ def graceful_requeue_callback(signum: int | None = None):
                 self._hand_over()
 
         def _hand_over(self) -> None:
+            from kdbench.engine.resume import Requeued
+
             received, frame = self.pending  # type: ignore[misc]
             signal.signal(chosen, self.previous)
-            self.previous(received, frame)  # submitit: checkpoint(), requeue, sys.exit
+            try:
+                self.previous(received, frame)  # submitit: checkpoint(), requeue, sys.exit
+            except SystemExit as exit_:  # requeued (submitit raises an error when it does not requeue)
+                raise Requeued(exit_.code) from None
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.training = True

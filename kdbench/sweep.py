@@ -350,11 +350,9 @@ class RunJob(submitit.helpers.Checkpointable):
 
 
 def _job_identity() -> dict[str, Any]:
-    job_id = os.environ.get("SLURM_ARRAY_JOB_ID")
-    if job_id and os.environ.get("SLURM_ARRAY_TASK_ID"):
-        job_id = f"{job_id}_{os.environ['SLURM_ARRAY_TASK_ID']}"
-    return {"job_id": job_id or os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"),
-            "host": os.uname().nodename, "pid": os.getpid()}
+    from kdbench.launch import current_job_id
+
+    return {"job_id": current_job_id(), "host": os.uname().nodename, "pid": os.getpid()}
 
 
 def _write_state(path: Path, state: str, **info: Any) -> None:

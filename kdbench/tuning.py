@@ -381,7 +381,7 @@ class TuneWorker(submitit.helpers.Checkpointable):
         from optuna.storages._heartbeat import is_heartbeat_enabled
         from optuna.trial import TrialState
 
-        from kdbench.launch import configure_job_process
+        from kdbench.launch import configure_job_process, current_job_id
 
         configure_job_process()
         spec = request.spec
@@ -389,7 +389,7 @@ class TuneWorker(submitit.helpers.Checkpointable):
         study = optuna.load_study(study_name=spec.study_name, storage=storage, pruner=make_pruner(spec.pruner))
         study.sampler = optuna.samplers.TPESampler(seed=worker_seed(spec.sampler_seed, request.worker,
                                                                     len(study.trials)))
-        job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")
+        job_id = current_job_id()
         watched = is_heartbeat_enabled(storage)  # can a running trial of a dead worker be told apart?
         busy = (TrialState.RUNNING, TrialState.WAITING) if watched else (TrialState.WAITING,)
         finished = (TrialState.COMPLETE, TrialState.PRUNED)

@@ -12,6 +12,7 @@ import re
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -195,7 +196,7 @@ def test_tune_with_two_parallel_slurm_workers_and_the_best_config_runs(tmp_path,
     assert code == 0
     study = optuna.load_study(study_name="kd-sst2", storage=make_storage(storage))
     finished = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
-    assert len(finished) == 8 and len(study.trials) == 8
+    assert len(finished) == 8 and len([t for t in study.trials if not t.user_attrs.get("surplus")]) == 8
     workers = {t.user_attrs["worker"] for t in study.trials}
     jobs = {t.user_attrs["job_id"] for t in study.trials}
     assert workers == {0, 1} and len(jobs) == 2  # two Slurm jobs shared one storage
@@ -235,6 +236,7 @@ def test_job_at_its_time_limit_checkpoints_requeues_and_resumes(tmp_path, tiny_m
                "max_num_timeout": 2}
     executor = make_executor("slurm", tmp_path / "jobs", profile)
     state_file = tmp_path / "state.json"
+    held_records: list[dict] = []
     job = executor.submit(RunJob(), RunRequest("timeout-cell", values, str(state_file)))
     started = time.perf_counter()
     log = Path(job.paths.stdout)
@@ -244,6 +246,10 @@ def test_job_at_its_time_limit_checkpoints_requeues_and_resumes(tmp_path, tiny_m
             if "[kdbench] resuming from" in text:
                 break
             if state_file.is_file() and json.loads(state_file.read_text())["state"] == "requeued":
+                record_path = next((tmp_path / "runs").glob("*/result.json"))
+                held = json.loads(record_path.read_text())
+                if held["status"] != "completed":  # while it waits to run again
+                    held_records.append(held)
                 # Slurm holds a requeued batch job ~2 minutes (EligibleTime = requeue + 121 s); release it
                 # once it is back in the queue, to save test time
                 show = subprocess.run(["scontrol", "show", "job", str(job.job_id)], capture_output=True,
@@ -270,4 +276,76 @@ def test_job_at_its_time_limit_checkpoints_requeues_and_resumes(tmp_path, tiny_m
     assert lines[resumed[0]].endswith(f"checkpoint-{step} at step {step}"), lines[resumed[0]]
     restarts = int(show.split("Restarts=")[1].split()[0])
     assert restarts >= 1
-    print(f"TIMING requeue: checkpoint at step {step}, resumed after {seconds:.0f}s ({restarts} requeue(s))")
+    # the record of a requeued run says so (not failed), with the first attempt's seconds
+    assert held_records, "no record seen while the job was held for requeue"
+    held = held_records[0]
+    assert held["status"] == "requeued" and held["error"] == "Requeued: -1", held["status"]
+    assert held["attempts"] == 1 and held["train_seconds"] > 0
+    attempts = json.loads(next((tmp_path / "runs").glob("*/attempts.json")).read_text())["attempts"]
+    assert attempts[0]["ended"] == "requeued" and len(attempts) >= 2
+    print(f"TIMING requeue: checkpoint at step {step}, resumed after {seconds:.0f}s ({restarts} requeue(s)); "
+          f"held record: status {held['status']}, train_seconds {held['train_seconds']}")
+
+
+def test_tune_worker_killed_mid_trial_its_trial_is_retried_from_its_checkpoint_and_exactly_n_complete(
+        tmp_path, tiny_models):
+    """Two Slurm workers, 4 trials, heartbeat 2 s / grace 6 s. Once a running trial has a checkpoint,
+    its worker process is killed with SIGKILL. The surviving worker fails the silent trial, runs its
+    retry in the same run folder (resuming from that checkpoint), and the study ends with exactly 4
+    complete trials; the driver exits 0."""
+    import signal
+
+    import optuna
+
+    out = tmp_path / "tune"
+    storage = f"sqlite:///{out / 'study.db'}"
+    run = {**TINY_RUN, "max_steps": 300, "eval_steps": 25, "logging_steps": 25}
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "kdbench", "tune", "kd", "--task", "sst2", "--teacher", str(tiny_models["teacher"]),
+         "--student", str(tiny_models["student"]), "--output", str(out), "--trials", "4", "--workers", "2",
+         "--executor", "slurm", "--profile", "dev", "--pruner", "none", "--sampler-seed", "0", "--space", "lr=none",
+         "--heartbeat", "2", "--grace", "6", "--max-retry", "1", *[f"{k}={v}" for k, v in run.items()]],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    started = time.perf_counter()
+    killed = None
+    try:
+        while killed is None:
+            assert time.perf_counter() - started < 300 and driver.poll() is None, "no trial reached a checkpoint"
+            time.sleep(0.5)
+            if not (out / "study.db").is_file():
+                continue
+            try:
+                trials = optuna.load_study(study_name="kd-sst2", storage=storage).get_trials(deepcopy=False)
+            except (KeyError, ValueError, optuna.exceptions.StorageInternalError):
+                continue  # the driver is still creating the study
+            for trial in trials:
+                run_dir = Path(trial.user_attrs.get("run_dir", tmp_path / "none"))
+                if trial.state.name == "RUNNING" and "pid" in trial.user_attrs and list(run_dir.glob("stages/*/checkpoint-*")):
+                    os.kill(int(trial.user_attrs["pid"]), signal.SIGKILL)
+                    killed = trial
+                    break
+        output, _ = driver.communicate(timeout=420)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        jobs = json.loads((out / "workers.json").read_text())["job_ids"] if (out / "workers.json").is_file() else []
+        subprocess.run(["scancel", *jobs], check=False, timeout=30)
+    seconds = time.perf_counter() - started
+    print(output[-3000:])
+    assert driver.returncode == 0, output[-2000:]
+    study = optuna.load_study(study_name="kd-sst2", storage=storage)
+    states = [t.state.name for t in study.trials]
+    assert states.count("COMPLETE") == 4, states
+    failed = [t for t in study.trials if t.state.name == "FAIL" and not t.user_attrs.get("surplus")]
+    assert [t.number for t in failed] == [killed.number]  # the killed one, failed by the heartbeat check
+    retry = next(t for t in study.trials if t.user_attrs.get("retry_of") == killed.number)
+    assert retry.state.name == "COMPLETE" and retry.params == killed.params
+    assert retry.user_attrs["run_dir"] == killed.user_attrs["run_dir"]  # its own folder, resumed
+    record = json.loads((Path(retry.user_attrs["run_dir"]) / "result.json").read_text())
+    assert record["status"] == "completed" and record["label"] == f"kd-sst2-t{killed.number}"
+    assert "/checkpoint-" in record["stages"][0]["resumed_from"]
+    assert retry.user_attrs["worker"] != killed.user_attrs["worker"]
+    killed_job = killed.user_attrs["job_id"]
+    assert sacct(killed_job)[0][1] == "FAILED"
+    print(f"TIMING tune kill -9: trial {killed.number} killed, retried as trial {retry.number} from "
+          f"{record['stages'][0]['resumed_from']}; 4 complete in {seconds:.0f}s; states {states}")

@@ -127,6 +127,7 @@ def test_prepare_study_creates_once_and_fails_stale_running_trials(tmp_path):
     assert again.user_attrs["base"] == {"method": "kd"}
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
 def test_with_a_heartbeat_only_a_dead_workers_trial_is_failed_and_queued_again(tmp_path):
     """A database storage with a heartbeat (1 s, grace 2 s): a trial whose worker beats is left
     running by a re-run; once silent past the grace period it is failed and retried with the same

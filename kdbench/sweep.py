@@ -24,6 +24,7 @@ This module imports neither torch nor transformers at module level (the CLI impo
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -72,10 +73,11 @@ class SweepRun:
     depends_on: tuple[str, ...] = ()
     run_dir: Path = field(default_factory=Path)
     level: int = 0
+    stage: str | None = None  # a stage instance: the spec's stage name, its role (e.g. finetune-teacher)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "run_dir": str(self.run_dir), "level": self.level,
-                "depends_on": list(self.depends_on), "values": self.values}
+        return {"name": self.name, "kind": self.kind, "stage": self.stage, "run_dir": str(self.run_dir),
+                "level": self.level, "depends_on": list(self.depends_on), "values": self.values}
 
 
 @dataclass
@@ -191,7 +193,7 @@ class _Resolver:
                 self.lookup(str(other), {"task": task, "seed": seed}, f"stages.{name}.depends_on", deps)
             values = self.substitute({**self.defaults, **keys}, {"task": task, "seed": seed}, f"stages.{name}", deps)
             suffix = "".join(f"-{part}" for part in (task, None if seed is None else f"s{seed}") if part is not None)
-            run = self.add(SweepRun(f"{name}{suffix}", "stage", values, tuple(dict.fromkeys(deps))))
+            run = self.add(SweepRun(f"{name}{suffix}", "stage", values, tuple(dict.fromkeys(deps)), stage=name))
         finally:
             self._visiting.pop()
         self._instances[key] = run
@@ -285,6 +287,32 @@ def _add_cell(resolver: _Resolver, name: str, values: dict[str, Any], context: d
     deps: list[str] = []
     resolved = resolver.substitute(values, context, where, deps)
     resolver.add(SweepRun(name, "cell", resolved, tuple(dict.fromkeys(deps))))
+
+
+def stage_role(model: str | os.PathLike[str] | None) -> str | None:
+    """The spec's stage name (``finetune-teacher``) of the sweep run whose folder (or ``model/``)
+    ``model`` is, read from the ``sweep.json`` beside it; None for a model no sweep stage made.
+
+    Every task has its own fine-tuned teacher, but they all play one role: tables group by it.
+    """
+    if not model or not isinstance(model, (str, os.PathLike)):
+        return None
+    path = Path(model)
+    run_dir = path.parent if path.name == "model" else path
+    manifest = run_dir.parent / MANIFEST
+    if not manifest.is_file():
+        return None
+    roles = _stage_roles(str(manifest), manifest.stat().st_mtime_ns)
+    return roles.get(str(run_dir.resolve()))
+
+
+@functools.lru_cache(maxsize=64)
+def _stage_roles(manifest: str, mtime_ns: int) -> dict[str, str]:
+    try:
+        runs = json.loads(Path(manifest).read_text()).get("runs", [])
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return {str(Path(run["run_dir"]).resolve()): run["stage"] for run in runs if run.get("stage")}
 
 
 # ---------------------------------------------------------------------------------------------

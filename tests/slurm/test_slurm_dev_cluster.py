@@ -74,7 +74,7 @@ def test_sweep_is_submitted_at_once_with_dependencies_and_completes_without_the_
                    "late-teacher": {"method": "finetune", "task": "sst2", "student": str(tiny_models["teacher"]),
                                     "seed": 1, "train_file": str(train_file)}},
         "grid": {"methods": {"kd": {"teacher": "${finetune-teacher}"}, "finetune": {}},
-                 "tasks": ["sst2"], "seeds": [1, 2]},
+                 "tasks": ["sst2", "rte"], "seeds": [1]},
         "cells": [{"method": "kd", "task": "sst2", "seed": 3, "label": "from-late-teacher",
                    "teacher": "${late-teacher}"}],
     }
@@ -87,15 +87,17 @@ def test_sweep_is_submitted_at_once_with_dependencies_and_completes_without_the_
     out = capsys.readouterr().out
     assert "the sweep runs without this process" in out
     manifest = json.loads((folder / "sweep.json").read_text())
-    level0, kd_cells, late_cell = manifest["submissions"]
-    assert sorted(level0["runs"]) == ["finetune-sst2-s1", "finetune-sst2-s2", "finetune-teacher-sst2", "late-teacher"]
+    level0, kd_sst2, kd_rte, late_cell = manifest["submissions"]
+    assert sorted(level0["runs"]) == ["finetune-rte-s1", "finetune-sst2-s1", "finetune-teacher-rte",
+                                      "finetune-teacher-sst2", "late-teacher"]
     job_of = dict(zip(level0["runs"], level0["job_ids"]))
-    # each dependent array waits for its own teacher only (afterok), and was submitted before any run ended
-    assert sorted(kd_cells["runs"]) == ["kd-sst2-s1", "kd-sst2-s2"] and kd_cells["after"] == [job_of["finetune-teacher-sst2"]]
+    # each dependent waits for its own teacher only (afterok), and was submitted before any run ended
+    assert kd_sst2["runs"] == ["kd-sst2-s1"] and kd_sst2["after"] == [job_of["finetune-teacher-sst2"]]
+    assert kd_rte["runs"] == ["kd-rte-s1"] and kd_rte["after"] == [job_of["finetune-teacher-rte"]]
     assert late_cell["runs"] == ["from-late-teacher"] and late_cell["after"] == [job_of["late-teacher"]]
     for submission in manifest["submissions"]:  # each is ONE sbatch array: <array id>_<index>
         assert len({job.split("_")[0] for job in submission["job_ids"]}) == 1
-    array = kd_cells["job_ids"][0].split("_")[0]
+    array = kd_sst2["job_ids"][0].split("_")[0]
     script = (folder / ".kdbench-sweep" / "jobs" / f"{array}_submission.sh").read_text()
     assert f"#SBATCH --dependency=afterok:{job_of['finetune-teacher-sst2']}" in script
     assert "#SBATCH --kill-on-invalid-dep=yes" in script
@@ -103,8 +105,8 @@ def test_sweep_is_submitted_at_once_with_dependencies_and_completes_without_the_
     sweep_seconds = time.perf_counter() - started
 
     states = {name: s.state for name, s in statuses.items()}
-    assert states == {"finetune-teacher-sst2": "done", "late-teacher": "failed", "kd-sst2-s1": "done",
-                      "kd-sst2-s2": "done", "finetune-sst2-s1": "done", "finetune-sst2-s2": "done",
+    assert states == {"finetune-teacher-sst2": "done", "finetune-teacher-rte": "done", "late-teacher": "failed",
+                      "kd-sst2-s1": "done", "kd-rte-s1": "done", "finetune-sst2-s1": "done", "finetune-rte-s1": "done",
                       "from-late-teacher": "blocked"}, states
     assert statuses["late-teacher"].error.startswith(f"DataError: sst2: data file '{train_file}' does not exist")
     assert statuses["from-late-teacher"].error == "dependency late-teacher did not complete"
@@ -122,9 +124,22 @@ def test_sweep_is_submitted_at_once_with_dependencies_and_completes_without_the_
     print(out)
     for name in ("late-teacher", "from-late-teacher"):  # the live view: each change of state as it is seen
         assert re.search(rf"\] \d\d:\d\d:\d\d {name}: (pending|running) -> done", out), name
-    assert out.strip().splitlines()[-2] == "7 done"
-    assert submitted_runs(folder)[3:] == [["late-teacher"], ["from-late-teacher"]]
-    print(f"TIMING walk-away sweep: submitted in {submit_seconds:.1f}s, 7 runs settled after {sweep_seconds:.0f}s "
+    assert out.strip().splitlines()[-2] == "8 done"
+    assert submitted_runs(folder)[4:] == [["late-teacher"], ["from-late-teacher"]]
+
+    # the cross-method table: one row per method, whatever the per-task teacher folders, with its average
+    from kdbench.tables import build_table, render
+
+    table = build_table("cross-method", [str(folder)])
+    print(render(table, "markdown"))
+    kd = [r for r in table.rows if r[0] == "kd"]
+    assert len(kd) == 1 and kd[0][2] == "finetune-teacher", table.rows
+    columns = dict(zip(table.header, kd[0]))
+    sst2, rte = (float(json.loads((Path(statuses[f"kd-{t}-s1"].run_dir) / "result.json").read_text())["metrics"]["acc"])
+                 for t in ("sst2", "rte"))
+    assert columns["SST-2"] == f"{sst2:.1f}" and columns["RTE"] == f"{rte:.1f}"
+    assert columns["Avg (ours)"] == f"{(sst2 + rte) / 2:.1f}"
+    print(f"TIMING walk-away sweep: submitted in {submit_seconds:.1f}s, 8 runs settled after {sweep_seconds:.0f}s "
           f"without the driver; re-run with --wait (2 runs) {rerun_seconds:.0f}s")
 
 
@@ -289,9 +304,9 @@ def test_job_at_its_time_limit_checkpoints_requeues_and_resumes(tmp_path, tiny_m
 
 def test_tune_worker_killed_mid_trial_its_trial_is_retried_from_its_checkpoint_and_exactly_n_complete(
         tmp_path, tiny_models):
-    """Two Slurm workers, 4 trials, heartbeat 2 s / grace 6 s. Once a running trial has a checkpoint,
+    """Two Slurm workers, 3 trials, heartbeat 2 s / grace 6 s. Once a running trial has a checkpoint,
     its worker process is killed with SIGKILL. The surviving worker fails the silent trial, runs its
-    retry in the same run folder (resuming from that checkpoint), and the study ends with exactly 4
+    retry in the same run folder (resuming from that checkpoint), and the study ends with exactly 3
     complete trials; the driver exits 0."""
     import signal
 
@@ -299,10 +314,10 @@ def test_tune_worker_killed_mid_trial_its_trial_is_retried_from_its_checkpoint_a
 
     out = tmp_path / "tune"
     storage = f"sqlite:///{out / 'study.db'}"
-    run = {**TINY_RUN, "max_steps": 300, "eval_steps": 25, "logging_steps": 25}
+    run = {**TINY_RUN, "max_steps": 150, "eval_steps": 25, "logging_steps": 25}
     driver = subprocess.Popen(
         [sys.executable, "-m", "kdbench", "tune", "kd", "--task", "sst2", "--teacher", str(tiny_models["teacher"]),
-         "--student", str(tiny_models["student"]), "--output", str(out), "--trials", "4", "--workers", "2",
+         "--student", str(tiny_models["student"]), "--output", str(out), "--trials", "3", "--workers", "2",
          "--executor", "slurm", "--profile", "dev", "--pruner", "none", "--sampler-seed", "0", "--space", "lr=none",
          "--heartbeat", "2", "--grace", "6", "--max-retry", "1", *[f"{k}={v}" for k, v in run.items()]],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -335,7 +350,7 @@ def test_tune_worker_killed_mid_trial_its_trial_is_retried_from_its_checkpoint_a
     assert driver.returncode == 0, output[-2000:]
     study = optuna.load_study(study_name="kd-sst2", storage=storage)
     states = [t.state.name for t in study.trials]
-    assert states.count("COMPLETE") == 4, states
+    assert states.count("COMPLETE") == 3, states
     failed = [t for t in study.trials if t.state.name == "FAIL" and not t.user_attrs.get("surplus")]
     assert [t.number for t in failed] == [killed.number]  # the killed one, failed by the heartbeat check
     retry = next(t for t in study.trials if t.user_attrs.get("retry_of") == killed.number)
@@ -348,4 +363,4 @@ def test_tune_worker_killed_mid_trial_its_trial_is_retried_from_its_checkpoint_a
     killed_job = killed.user_attrs["job_id"]
     assert sacct(killed_job)[0][1] == "FAILED"
     print(f"TIMING tune kill -9: trial {killed.number} killed, retried as trial {retry.number} from "
-          f"{record['stages'][0]['resumed_from']}; 4 complete in {seconds:.0f}s; states {states}")
+          f"{record['stages'][0]['resumed_from']}; 3 complete in {seconds:.0f}s; states {states}")

@@ -8,8 +8,8 @@ most of a job's time is Python start-up.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,7 +30,7 @@ def slurm_cluster():
         os.environ["SLURM_CONF"] = ENV_FILE.read_text().split("=", 1)[1].strip()
     if not shutil.which("sinfo") or "SLURM_CONF" not in os.environ:
         pytest.skip("no Slurm here: bring the dev cluster up with slurm/dev-cluster/up.sh")
-    state = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=30)
+    state = subprocess.run(["sinfo", "-h", "-o", "%t"], check=False, capture_output=True, text=True, timeout=30)
     if state.returncode != 0 or not state.stdout.split() or state.stdout.split()[0] not in ("idle", "mix", "alloc"):
         pytest.skip(f"the Slurm node is not usable: {state.stdout or state.stderr}")
     os.environ.setdefault("KDBENCH_DATA_DIR", str(Path(__file__).resolve().parents[3] / "shared" / "data"))
@@ -267,7 +267,7 @@ def test_job_at_its_time_limit_checkpoints_requeues_and_resumes(tmp_path, tiny_m
                     held_records.append(held)
                 # Slurm holds a requeued batch job ~2 minutes (EligibleTime = requeue + 121 s); release it
                 # once it is back in the queue, to save test time
-                show = subprocess.run(["scontrol", "show", "job", str(job.job_id)], capture_output=True,
+                show = subprocess.run(["scontrol", "show", "job", str(job.job_id)], check=False, capture_output=True,
                                       text=True, timeout=30).stdout
                 if "JobState=PENDING" in show and "Reason=BeginTime" in show:
                     subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], check=False,
@@ -275,7 +275,8 @@ def test_job_at_its_time_limit_checkpoints_requeues_and_resumes(tmp_path, tiny_m
             time.sleep(2)
         text = log.read_text()
         seconds = time.perf_counter() - started
-        show = subprocess.run(["scontrol", "show", "job", str(job.job_id)], capture_output=True, text=True).stdout
+        show = subprocess.run(["scontrol", "show", "job", str(job.job_id)], check=False, capture_output=True,
+                              text=True, timeout=30).stdout
     finally:
         subprocess.run(["scancel", str(job.job_id)], check=False, timeout=30)
     print(text[-2500:])
@@ -327,15 +328,13 @@ def test_tune_worker_killed_mid_trial_its_trial_is_retried_from_its_checkpoint_a
         while killed is None:
             assert time.perf_counter() - started < 300 and driver.poll() is None, "no trial reached a checkpoint"
             time.sleep(0.5)
-            if not (out / "study.db").is_file():
+            if not (out / "workers.json").is_file():  # written once the study exists and the workers are queued
                 continue
-            try:
-                trials = optuna.load_study(study_name="kd-sst2", storage=storage).get_trials(deepcopy=False)
-            except (KeyError, ValueError, optuna.exceptions.StorageInternalError):
-                continue  # the driver is still creating the study
-            for trial in trials:
+            for trial in optuna.load_study(study_name="kd-sst2", storage=storage).get_trials(deepcopy=False):
                 run_dir = Path(trial.user_attrs.get("run_dir", tmp_path / "none"))
-                if trial.state.name == "RUNNING" and "pid" in trial.user_attrs and list(run_dir.glob("stages/*/checkpoint-*")):
+                # elapsed.json is written once a checkpoint is complete (a kill while one is written
+                # leaves it incomplete: the retry then removes it and starts that stage over)
+                if trial.state.name == "RUNNING" and "pid" in trial.user_attrs and list(run_dir.glob("stages/*/elapsed.json")):
                     os.kill(int(trial.user_attrs["pid"]), signal.SIGKILL)
                     killed = trial
                     break

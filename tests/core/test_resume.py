@@ -81,7 +81,7 @@ def test_resumed_run_is_bit_exact_requeued_while_held_and_its_times_add_up(tmp_p
 def test_without_the_epoch_seeded_sampler_the_resumed_run_trains_on_other_batches(tmp_path, tiny_models,
                                                                                    shared_data, monkeypatch):
     """The control: Trainer's own length-grouped sampler gives a different model after the resume."""
-    import kdbench.engine.trainer as trainer
+    from kdbench.engine import trainer
 
     monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
     monkeypatch.setattr(trainer, "reproducible_sampler", lambda sampler, seed: sampler)

@@ -209,6 +209,15 @@ def init_distributed(backend: str | None = None, init_process_group: bool = Fals
     return dist_env
 
 
+def current_job_id() -> str | None:
+    """This job's id as ``squeue``/``sacct`` name it (``<array job>_<task>`` for an array task), or
+    the local executor's job id, or None outside a job."""
+    job_id = os.environ.get("SLURM_ARRAY_JOB_ID")
+    if job_id and os.environ.get("SLURM_ARRAY_TASK_ID"):
+        return f"{job_id}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+    return os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")
+
+
 def configure_job_process() -> None:
     """Prepare a submitted job's process: thread count from the allocation, DDP variables.
 
@@ -232,8 +241,9 @@ def graceful_requeue_callback(signum: int | None = None):
     training happens to be. Anything trained since the last scheduled Trainer checkpoint would be
     lost. This callback installs its own handler that only records the signal; at the next step
     boundary it asks the Trainer to save a checkpoint and, once saved (``on_save``), hands over to
-    submitit's handler (checkpoint + requeue + exit). The requeued job reruns the same
-    ``run_experiment`` call, which resumes the stage from that checkpoint. Outside a Trainer loop
+    submitit's handler (checkpoint + requeue + exit), whose exit it raises as
+    :class:`kdbench.engine.resume.Requeued`, so the run is recorded ``requeued``. The requeued job
+    reruns the same ``run_experiment`` call, which resumes the stage from that checkpoint. Outside a Trainer loop
     (loading, evaluation after training) the signal goes to submitit's handler at once.
     """
     import signal
@@ -257,9 +267,14 @@ def graceful_requeue_callback(signum: int | None = None):
                 self._hand_over()
 
         def _hand_over(self) -> None:
+            from kdbench.engine.resume import Requeued
+
             received, frame = self.pending  # type: ignore[misc]
             signal.signal(chosen, self.previous)
-            self.previous(received, frame)  # submitit: checkpoint(), requeue, sys.exit
+            try:
+                self.previous(received, frame)  # submitit: checkpoint(), requeue, sys.exit
+            except SystemExit as exit_:  # requeued (submitit raises an error when it does not requeue)
+                raise Requeued(exit_.code) from None
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.training = True
@@ -280,3 +295,60 @@ def graceful_requeue_callback(signum: int | None = None):
                 self._hand_over()
 
     return GracefulRequeue()
+
+
+# ---------------------------------------------------------------------------------------------
+# What Slurm knows about submitted jobs
+# ---------------------------------------------------------------------------------------------
+# Job states (squeue/sacct names) in which a job may still run: it is neither finished nor gone.
+SLURM_LIVE_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
+                               "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED",
+                               "RESV_DEL_HOLD", "SPECIAL_EXIT"})
+
+
+def slurm_job_states(job_ids: list[str] | tuple[str, ...] | set[str], timeout_s: float = 30) -> dict[str, str | None] | None:
+    """Slurm's state of each job id (``123`` or an array task ``123_4``): ``PENDING``, ``RUNNING``,
+    ``COMPLETED``, ``FAILED``, ``CANCELLED`` ... (the first word of the state, so ``CANCELLED by 0``
+    reads ``CANCELLED``), or ``None`` for a job Slurm knows nothing of any more.
+
+    ``squeue --array`` answers for queued and running jobs (an array task that has not started yet
+    has no accounting record of its own), ``sacct`` for finished ones. A *pending* array task that
+    is cancelled disappears from both: Slurm 22.05 just removes it from the array, so ``None`` for a
+    job that was submitted means it was cancelled before it started. Returns ``None`` (no answer at
+    all) when Slurm cannot be asked.
+    """
+    import subprocess
+
+    wanted = {str(job) for job in job_ids if job}
+    if not wanted:
+        return {}
+    user = os.environ.get("USER") or _user_name()
+    try:
+        queue = subprocess.run(["squeue", "--array", "--noheader", "--format=%i|%T", f"--user={user}"],
+                               capture_output=True, text=True, timeout=timeout_s, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    states: dict[str, str | None] = {}
+    for line in queue.splitlines():
+        job, _, state = line.strip().partition("|")
+        if job in wanted and state:
+            states[job] = state.split()[0]
+    rest = sorted(wanted - set(states))
+    if rest:
+        try:
+            acct = subprocess.run(["sacct", "--noheader", "--parsable2", "--allocations", "--format=JobID,State",
+                                   f"--jobs={','.join(rest)}"], capture_output=True, text=True,
+                                  timeout=timeout_s, check=True).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+        for line in acct.splitlines():
+            job, _, state = line.strip().partition("|")
+            if job in wanted and job not in states and state:
+                states[job] = state.split()[0]
+    return {job: states.get(job) for job in wanted}
+
+
+def _user_name() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name

@@ -2,7 +2,7 @@
 
 Schema (``SCHEMA_VERSION`` 1): ``schema_version``, ``method``, ``task``, ``teacher``, ``student``,
 ``label``, ``config`` (the full resolved config), ``metrics`` (dev metrics by name, 0-100 scale),
-``student_params``, ``teacher_params``, ``train_seconds``, ``status`` (``completed`` | ``failed``),
+``student_params``, ``teacher_params``, ``train_seconds`` (all attempts), ``status`` (``completed`` | ``requeued`` | ``failed``),
 ``error``, ``seed``, ``versions`` (library versions), ``run_dir``, ``stages`` (per-stage summary),
 ``data`` (rows used and rows skipped per split), ``created_at``, ``inputs`` (content fingerprints of
 the data files and models the run read: :mod:`kdbench.fingerprint`), ``kdbench_revision`` (the git

@@ -6,12 +6,17 @@ everything), ``stages`` (shared dependencies, each run once per distinct resolve
 ``${seed}``, ``${STAGE}`` (the stage's ``model/`` folder) and ``${STAGE.run_dir}`` are resolved
 before anything is submitted, so every run's folder (keyed by its config and input hash) is known up front.
 
-Runs are grouped by dependency level; each level is submitted as one job batch (a Slurm job array
-capped by the profile's ``array_parallelism``) and waited for before the next. A run whose
-``result.json`` says ``completed`` is not submitted again, so re-running a sweep resubmits only
-failed or missing cells. Job-side state (running / requeued / failed, with the error) is written
-to ``<output>/.kdbench-sweep/state/<run>.json``; ``kdbench status`` merges it with the result
-records (the source of truth) and, for Slurm jobs, with ``sacct``.
+With Slurm the whole sweep is submitted at once (:func:`submit_sweep`): one job array per dependency
+level and distinct set of dependencies (capped by the profile's ``array_parallelism``), held by
+``--dependency=afterok`` on the jobs it needs, so ``kdbench sweep`` returns after submitting and the
+sweep runs without it (``--wait`` follows it to the end). A run whose ``result.json`` says
+``completed`` is not submitted again, nor is a run whose recorded job Slurm still has queued or
+running, so re-running a sweep, even while it runs, submits exactly the missing cells. The debug
+and local executors have no dependencies: they run level after level, waiting for each
+(:func:`run_sweep`). Job-side state (pending with the job id / running / requeued / failed /
+blocked, with the error) is written to ``<output>/.kdbench-sweep/state/<run>.json``; ``kdbench
+status`` merges it with the result records (the source of truth) and, for Slurm jobs, with
+``squeue``/``sacct``.
 
 This module imports neither torch nor transformers at module level (the CLI imports it).
 """
@@ -19,11 +24,11 @@ This module imports neither torch nor transformers at module level (the CLI impo
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
 import re
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,10 +50,10 @@ REFERENCE = re.compile(r"\$\{([A-Za-z0-9_.\-]+)\}")
 RUN_DIR_SUFFIX = ".run_dir"
 
 # Run states shown by `kdbench status`.
-DONE, RUNNING, PENDING, REQUEUED, FAILED, BLOCKED, NOT_STARTED = (
-    "done", "running", "pending", "requeued", "failed", "blocked", "not-started")
-TERMINAL_SLURM_FAILURES = ("FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-                           "BOOT_FAIL", "DEADLINE")
+DONE, RUNNING, PENDING, REQUEUED, FAILED, CANCELLED, BLOCKED, NOT_STARTED = (
+    "done", "running", "pending", "requeued", "failed", "cancelled", "blocked", "not-started")
+LIVE_STATES = (PENDING, RUNNING, REQUEUED)  # a run in one of these may still change state
+TERMINAL_SLURM_FAILURES = ("FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
 
 
 class SweepError(ConfigError):
@@ -68,10 +73,11 @@ class SweepRun:
     depends_on: tuple[str, ...] = ()
     run_dir: Path = field(default_factory=Path)
     level: int = 0
+    stage: str | None = None  # a stage instance: the spec's stage name, its role (e.g. finetune-teacher)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "run_dir": str(self.run_dir), "level": self.level,
-                "depends_on": list(self.depends_on), "values": self.values}
+        return {"name": self.name, "kind": self.kind, "stage": self.stage, "run_dir": str(self.run_dir),
+                "level": self.level, "depends_on": list(self.depends_on), "values": self.values}
 
 
 @dataclass
@@ -187,7 +193,7 @@ class _Resolver:
                 self.lookup(str(other), {"task": task, "seed": seed}, f"stages.{name}.depends_on", deps)
             values = self.substitute({**self.defaults, **keys}, {"task": task, "seed": seed}, f"stages.{name}", deps)
             suffix = "".join(f"-{part}" for part in (task, None if seed is None else f"s{seed}") if part is not None)
-            run = self.add(SweepRun(f"{name}{suffix}", "stage", values, tuple(dict.fromkeys(deps))))
+            run = self.add(SweepRun(f"{name}{suffix}", "stage", values, tuple(dict.fromkeys(deps)), stage=name))
         finally:
             self._visiting.pop()
         self._instances[key] = run
@@ -283,16 +289,48 @@ def _add_cell(resolver: _Resolver, name: str, values: dict[str, Any], context: d
     resolver.add(SweepRun(name, "cell", resolved, tuple(dict.fromkeys(deps))))
 
 
+def stage_role(model: str | os.PathLike[str] | None) -> str | None:
+    """The spec's stage name (``finetune-teacher``) of the sweep run whose folder (or ``model/``)
+    ``model`` is, read from the ``sweep.json`` beside it; None for a model no sweep stage made.
+
+    Every task has its own fine-tuned teacher, but they all play one role: tables group by it.
+    """
+    if not model or not isinstance(model, (str, os.PathLike)):
+        return None
+    path = Path(model)
+    run_dir = path.parent if path.name == "model" else path
+    manifest = run_dir.parent / MANIFEST
+    if not manifest.is_file():
+        return None
+    roles = _stage_roles(str(manifest), manifest.stat().st_mtime_ns)
+    return roles.get(str(run_dir.resolve()))
+
+
+@functools.lru_cache(maxsize=64)
+def _stage_roles(manifest: str, mtime_ns: int) -> dict[str, str]:
+    try:
+        runs = json.loads(Path(manifest).read_text()).get("runs", [])
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return {str(Path(run["run_dir"]).resolve()): run["stage"] for run in runs if run.get("stage")}
+
+
 # ---------------------------------------------------------------------------------------------
 # Job side
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RunRequest:
-    """What a job needs: the run's name and keys, and where to record its job-side state."""
+    """What a job needs: the run's name and keys, where to record its job-side state, and the
+    ``(name, run folder)`` of each run it depends on (checked before it starts)."""
 
     name: str
     values: dict[str, Any]
     state_file: str
+    depends_on: tuple[tuple[str, str], ...] = ()
+
+
+class DependencyNotMetError(RuntimeError):
+    """A run's dependency has no completed record; the message names it."""
 
 
 class RunJob(submitit.helpers.Checkpointable):
@@ -301,14 +339,25 @@ class RunJob(submitit.helpers.Checkpointable):
     Checkpointable: at its time limit (or on preemption) the job saves a Trainer checkpoint at the
     next step boundary (:func:`kdbench.launch.graceful_requeue_callback`), then submitit requeues
     the same call; the engine resumes the unfinished stage from that checkpoint.
+
+    Before it trains, the job checks that every run it depends on has a completed record: Slurm's
+    ``afterok`` normally holds it back, but a dependency cancelled while still pending vanishes from
+    Slurm 22.05 and its dependents are then released as if it had succeeded. Such a job records
+    itself ``blocked`` and exits non-zero, which cancels its own dependents in turn.
     """
 
     def __call__(self, request: RunRequest) -> str:
         from kdbench.launch import configure_job_process, graceful_requeue_callback
+        from kdbench.records import RunInProgressError
 
         configure_job_process()  # first: exports RANK etc. in multi-task jobs (only rank 0 records state)
         state = Path(request.state_file)
         attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+        missing = [name for name, run_dir in request.depends_on if not _record_completed(Path(run_dir))]
+        if missing:
+            error = f"dependency {', '.join(missing)} did not complete"
+            _write_state(state, BLOCKED, attempt=attempt, error=error, **_job_identity())
+            raise DependencyNotMetError(f"{request.name}: {error}")
         _write_state(state, RUNNING, attempt=attempt, **_job_identity())
         try:
             from kdbench.config import build_run_config
@@ -319,6 +368,8 @@ class RunJob(submitit.helpers.Checkpointable):
         except SystemExit:  # submitit's requeue exits the process after checkpointing
             _write_state(state, REQUEUED, attempt=attempt, **_job_identity())
             raise
+        except RunInProgressError:  # a second job for a run that another live job owns: leave its state alone
+            raise
         except BaseException as error:
             _write_state(state, FAILED, attempt=attempt, error=f"{type(error).__name__}: {error}", **_job_identity())
             raise
@@ -327,11 +378,9 @@ class RunJob(submitit.helpers.Checkpointable):
 
 
 def _job_identity() -> dict[str, Any]:
-    job_id = os.environ.get("SLURM_ARRAY_JOB_ID")
-    if job_id and os.environ.get("SLURM_ARRAY_TASK_ID"):
-        job_id = f"{job_id}_{os.environ['SLURM_ARRAY_TASK_ID']}"
-    return {"job_id": job_id or os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"),
-            "host": os.uname().nodename, "pid": os.getpid()}
+    from kdbench.launch import current_job_id
+
+    return {"job_id": current_job_id(), "host": os.uname().nodename, "pid": os.getpid()}
 
 
 def _write_state(path: Path, state: str, **info: Any) -> None:
@@ -349,17 +398,28 @@ def _write_state(path: Path, state: str, **info: Any) -> None:
     write_json_atomic(path, {"state": state, "time": time.time(), **info})
 
 
+def _read_state(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
 # ---------------------------------------------------------------------------------------------
 # Driver
 # ---------------------------------------------------------------------------------------------
-def _completed(run: SweepRun) -> bool:
-    path = run.run_dir / RESULT_FILE
+def _record_completed(run_dir: Path) -> bool:
+    path = run_dir / RESULT_FILE
     if not path.is_file():
         return False
     try:
         return json.loads(path.read_text()).get("status") == "completed"
     except (OSError, json.JSONDecodeError):
         return False
+
+
+def _completed(run: SweepRun) -> bool:
+    return _record_completed(run.run_dir)
 
 
 def write_manifest(sweep: Sweep, executor: str, spec_path: str | None) -> None:
@@ -372,21 +432,116 @@ def write_manifest(sweep: Sweep, executor: str, spec_path: str | None) -> None:
     })
 
 
-def _record_submission(sweep: Sweep, names: list[str], job_ids: list[str], executor: str) -> None:
+def _record_submission(sweep: Sweep, names: list[str], job_ids: list[str], executor: str,
+                       after: tuple[str, ...] = ()) -> None:
     path = sweep.output / MANIFEST
     manifest = json.loads(path.read_text())
     manifest["submissions"].append({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "executor": executor,
-                                    "runs": names, "job_ids": job_ids})
+                                    "runs": names, "job_ids": job_ids, "after": list(after)})
     write_json_atomic(path, manifest)
+
+
+def _requests(sweep: Sweep, runs: list[SweepRun]) -> list[RunRequest]:
+    return [RunRequest(r.name, r.values, str(sweep.state_dir / f"{r.name}.json"),
+                       tuple((d, str(sweep.runs[d].run_dir)) for d in r.depends_on)) for r in runs]
+
+
+def _submit_batch(sweep: Sweep, runs: list[SweepRun], executor_kind: str, prof: dict[str, Any],
+                  after: tuple[str, ...] = ()) -> list[Any]:
+    """Submit ``runs`` as one batch (a Slurm job array), held until every job in ``after`` succeeded."""
+    from kdbench.launch import make_executor
+
+    executor = make_executor(executor_kind, sweep.log_dir, prof)
+    if executor_kind == "slurm":
+        if "job_name" not in prof:
+            executor.update_parameters(name=f"kdbench-{sweep.name}")
+        if after:
+            # kill_on_invalid_dep: a job whose dependency failed is cancelled (not left pending forever)
+            executor.update_parameters(slurm_dependency="afterok:" + ":".join(after), slurm_additional_parameters={
+                **(prof.get("additional") or {}), "kill_on_invalid_dep": "yes"})
+    requests = _requests(sweep, runs)
+    for request in requests:
+        _write_state(Path(request.state_file), PENDING)
+    with executor.batch():
+        jobs = [executor.submit(RunJob(), request) for request in requests]
+    job_ids = [str(job.job_id) for job in jobs]
+    for request, job_id in zip(requests, job_ids):
+        _write_state(Path(request.state_file), PENDING, job_id=job_id, after=list(after))
+    _record_submission(sweep, [r.name for r in runs], job_ids, executor_kind, after)
+    return jobs
+
+
+def live_slurm_jobs(sweep: Sweep) -> dict[str, str]:
+    """``{run name: job id}`` of the runs whose recorded Slurm job is still queued or running."""
+    from kdbench.launch import SLURM_LIVE_STATES, slurm_job_states
+
+    recorded: dict[str, str] = {}
+    for run in sweep.runs.values():
+        state = _read_state(sweep.state_dir / f"{run.name}.json")
+        if state and state.get("job_id") and state.get("state") in (PENDING, RUNNING, REQUEUED):
+            recorded[run.name] = str(state["job_id"])
+    if not recorded:
+        return {}
+    states = slurm_job_states(set(recorded.values()))
+    if states is None:
+        raise SweepError("cannot ask Slurm (squeue/sacct) which of this sweep's jobs are still queued or running; "
+                         "is SLURM_CONF set?")
+    return {name: job for name, job in recorded.items() if states.get(job) in SLURM_LIVE_STATES}
+
+
+def submit_sweep(sweep: Sweep, profile: str | dict[str, Any] | None = None,
+                 spec_path: str | None = None) -> dict[str, str]:
+    """Submit every run that is neither completed nor still queued/running, all at once, to Slurm.
+
+    Each dependency level becomes one job array per distinct set of dependencies (so a cell waits
+    only for its own teacher), held by ``--dependency=afterok:<jobs>``; runs still queued or running
+    from an earlier submission (the sweep's state files, checked with ``squeue``/``sacct``) are not
+    submitted again, and their jobs are what the new dependents wait for. Returns
+    ``{run name: "done" | "queued" (already) | "submitted"}``; the jobs run without this process.
+    """
+    from kdbench.launch import load_profile
+
+    prof = profile if isinstance(profile, dict) else load_profile(profile)
+    sweep.output.mkdir(parents=True, exist_ok=True)
+    write_manifest(sweep, "slurm", spec_path)
+    live = live_slurm_jobs(sweep)
+    job_of: dict[str, str] = {}
+    outcome: dict[str, str] = {}
+    for level, runs in enumerate(sweep.levels()):
+        groups: dict[tuple[str, ...], list[SweepRun]] = {}
+        for run in runs:
+            if _completed(run):
+                outcome[run.name] = DONE
+                continue
+            if run.name in live:
+                outcome[run.name] = "queued"
+                job_of[run.name] = live[run.name]
+                print(f"[kdbench] {run.name}: already queued or running as Slurm job {live[run.name]}; "
+                      "not submitted again", flush=True)
+                continue
+            after = tuple(sorted({job_of[d] for d in run.depends_on if d in job_of}))
+            groups.setdefault(after, []).append(run)
+        for after, part in groups.items():
+            jobs = _submit_batch(sweep, part, "slurm", prof, after)
+            for run, job in zip(part, jobs):
+                job_of[run.name] = str(job.job_id)
+                outcome[run.name] = "submitted"
+            array = str(jobs[0].job_id).split("_")[0]
+            held = f" (after {', '.join(after)})" if after else ""
+            print(f"[kdbench] level {level}: submitted {len(part)} run(s) as Slurm job array {array}{held}: "
+                  f"{', '.join(r.name for r in part)}", flush=True)
+    return outcome
 
 
 def run_sweep(sweep: Sweep, executor_kind: str, profile: str | dict[str, Any] | None = None,
               spec_path: str | None = None) -> dict[str, str]:
-    """Submit every run that is not completed, level by level, waiting for each level.
+    """Submit every run that is not completed, level by level, waiting for each level (the
+    ``debug`` and ``local`` executors, which have no dependencies between jobs; Slurm sweeps use
+    :func:`submit_sweep`).
 
     Returns ``{run name: state}`` after the last level (``done``, ``failed``, ``blocked``).
     """
-    from kdbench.launch import load_profile, make_executor
+    from kdbench.launch import load_profile
 
     prof = profile if isinstance(profile, dict) else load_profile(profile)
     sweep.output.mkdir(parents=True, exist_ok=True)
@@ -415,18 +570,7 @@ def run_sweep(sweep: Sweep, executor_kind: str, profile: str | dict[str, Any] | 
             chunk = max(1, int(prof.get("local_parallelism", 1)))
         for start in range(0, len(todo), chunk):
             part = todo[start:start + chunk]
-            executor = make_executor(executor_kind, sweep.log_dir, prof)
-            if executor_kind == "slurm" and "job_name" not in prof:
-                executor.update_parameters(name=f"kdbench-{sweep.name}")
-            requests = [RunRequest(r.name, r.values, str(sweep.state_dir / f"{r.name}.json")) for r in part]
-            for request in requests:
-                _write_state(Path(request.state_file), PENDING)
-            with executor.batch():
-                jobs = [executor.submit(RunJob(), request) for request in requests]
-            job_ids = [str(job.job_id) for job in jobs]
-            for request, job_id in zip(requests, job_ids):
-                _write_state(Path(request.state_file), PENDING, job_id=job_id)
-            _record_submission(sweep, [r.name for r in part], job_ids, executor_kind)
+            jobs = _submit_batch(sweep, part, executor_kind, prof)
             for run, job in zip(part, jobs):
                 try:
                     job.result()
@@ -436,6 +580,31 @@ def run_sweep(sweep: Sweep, executor_kind: str, profile: str | dict[str, Any] | 
                     first = str(error).strip().splitlines()
                     log.warning("%s failed (job %s): %s", run.name, job.job_id, first[-1] if first else error)
     return outcome
+
+
+def wait_for_sweep(folder: Path, poll_seconds: float = 10.0, out: Any = None) -> list[RunStatus]:
+    """Follow a submitted sweep until no run is pending, running or requeued; print each change of
+    state as it is seen and a one-line count of the states after every change."""
+    import sys
+
+    out = out or sys.stdout
+    seen: dict[str, str] = {}
+    while True:
+        statuses = sweep_status(folder)
+        changed = False
+        for s in statuses:
+            if seen.get(s.name) != s.state:
+                before = seen.get(s.name)
+                detail = f" ({s.error.strip().splitlines()[0]})" if s.error and s.state != DONE else ""
+                print(f"[kdbench] {time.strftime('%H:%M:%S')} {s.name}: "
+                      f"{f'{before} -> ' if before else ''}{s.state}{detail}", file=out, flush=True)
+                seen[s.name] = s.state
+                changed = True
+        if changed:
+            print(f"[kdbench] {time.strftime('%H:%M:%S')} {_counts(statuses)}", file=out, flush=True)
+        if not any(s.state in LIVE_STATES for s in statuses):
+            return statuses
+        time.sleep(poll_seconds)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -450,55 +619,83 @@ class RunStatus:
     error: str | None = None
 
 
-def _sacct_state(job_id: str) -> str | None:
-    """Slurm's state of ``job_id`` (``RUNNING``, ``FAILED`` ...), or None without Slurm accounting."""
-    try:
-        out = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", job_id],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    states = [line.split()[0] for line in out.splitlines() if line.strip()]
-    return states[-1] if states else None
+def _from_slurm(job_state: str, slurm_state: str | None, job_id: str) -> tuple[str, str | None]:
+    """A run's state from its job-side state and Slurm's state of its job (``None``: Slurm has no
+    record of it, i.e. it was cancelled before it started)."""
+    if slurm_state is None:
+        return CANCELLED, f"Slurm job {job_id} was cancelled before it started (no longer queued, no accounting record)"
+    if slurm_state == "CANCELLED":
+        return CANCELLED, f"Slurm job {job_id} was cancelled"
+    if slurm_state in TERMINAL_SLURM_FAILURES:
+        return FAILED, f"Slurm job {job_id} ended {slurm_state}"
+    if slurm_state == "COMPLETED":  # the job ended without writing its final state (should not happen)
+        return FAILED, f"Slurm job {job_id} ended without a completed record"
+    if slurm_state == "PENDING":
+        return (REQUEUED if job_state == REQUEUED else PENDING), None
+    if slurm_state.startswith("REQUEUE"):
+        return REQUEUED, None
+    return RUNNING, None
 
 
 def sweep_status(folder: str | os.PathLike[str], query_slurm: bool = True) -> list[RunStatus]:
-    """Each run of the sweep in ``folder``: done / running / pending / requeued / failed / blocked."""
+    """Each run of the sweep in ``folder``: done / pending / running / requeued / failed /
+    cancelled / blocked / not-started.
+
+    The result record is the truth for a finished run; otherwise the job-side state file (newer than
+    the record), checked against Slurm for jobs that may be live. A run whose job never started
+    because a dependency failed, was cancelled or was blocked is ``blocked``.
+    """
+    from kdbench.launch import slurm_job_states
+
     folder = Path(folder)
     manifest_path = folder / MANIFEST
     if not manifest_path.is_file():
         raise FileNotFoundError(f"{folder} is not a sweep folder (no {MANIFEST}; run `kdbench sweep` first)")
     manifest = json.loads(manifest_path.read_text())
-    executor = manifest.get("executor")
-    statuses = []
+    state_dir = folder / SWEEP_DIR / "state"
+    jobs = {run["name"]: _read_state(state_dir / f"{run['name']}.json") for run in manifest["runs"]}
+    slurm: dict[str, str | None] = {}
+    if manifest.get("executor") == "slurm" and query_slurm:
+        ids = {str(j["job_id"]) for j in jobs.values() if j and j.get("job_id") and j["state"] in LIVE_STATES}
+        slurm = (slurm_job_states(ids) or {}) if ids else {}
+    statuses: dict[str, RunStatus] = {}
     for run in manifest["runs"]:
         name, run_dir = run["name"], Path(run["run_dir"])
         record_path = run_dir / RESULT_FILE
-        record = json.loads(record_path.read_text()) if record_path.is_file() else None
-        state_path = folder / SWEEP_DIR / "state" / f"{name}.json"
-        job = json.loads(state_path.read_text()) if state_path.is_file() else None
-        job_id = job.get("job_id") if job else None
+        try:
+            record = json.loads(record_path.read_text()) if record_path.is_file() else None
+        except (OSError, json.JSONDecodeError):
+            record = None
+        job = jobs[name]
+        job_id = str(job["job_id"]) if job and job.get("job_id") else None
         if record and record.get("status") == "completed":
-            statuses.append(RunStatus(name, DONE, str(run_dir), job_id))
+            statuses[name] = RunStatus(name, DONE, str(run_dir), job_id)
             continue
         record_time = record_path.stat().st_mtime if record else -1.0
         if job and (record is None or job["time"] >= record_time):
             state, error = job["state"], job.get("error")
-            if state in (PENDING, RUNNING, REQUEUED) and job_id and executor == "slurm" and query_slurm:
-                slurm_state = _sacct_state(str(job_id))
-                if slurm_state and slurm_state.split()[0] in TERMINAL_SLURM_FAILURES:
-                    state, error = FAILED, f"Slurm job {job_id} ended {slurm_state}"
-                elif slurm_state == "PENDING":
-                    state = PENDING
-                elif slurm_state in ("RUNNING", "REQUEUED"):
-                    state = RUNNING if slurm_state == "RUNNING" else REQUEUED
+            if state in LIVE_STATES and job_id and job_id in slurm:
+                state, error = _from_slurm(state, slurm[job_id], job_id)
+                broken = [d for d in run.get("depends_on", []) if statuses.get(d) and
+                          statuses[d].state in (FAILED, CANCELLED, BLOCKED)]
+                if job["state"] == PENDING and state in (FAILED, CANCELLED) and broken:
+                    state, error = BLOCKED, f"dependency {', '.join(broken)} did not complete"
             if state == FAILED and record and record.get("error"):
                 error = record["error"]
-            statuses.append(RunStatus(name, state, str(run_dir), job_id, error))
+            statuses[name] = RunStatus(name, state, str(run_dir), job_id, error)
         elif record:
-            statuses.append(RunStatus(name, FAILED, str(run_dir), job_id, record.get("error")))
+            statuses[name] = RunStatus(name, REQUEUED if record.get("status") == REQUEUED else FAILED, str(run_dir),
+                                       job_id, record.get("error"))
         else:
-            statuses.append(RunStatus(name, NOT_STARTED, str(run_dir)))
-    return statuses
+            statuses[name] = RunStatus(name, NOT_STARTED, str(run_dir))
+    return list(statuses.values())
+
+
+def _counts(statuses: list[RunStatus]) -> str:
+    counts: dict[str, int] = {}
+    for s in statuses:
+        counts[s.state] = counts.get(s.state, 0) + 1
+    return ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
 
 
 def format_status(statuses: list[RunStatus]) -> str:
@@ -508,10 +705,7 @@ def format_status(statuses: list[RunStatus]) -> str:
         lines.append(f"{s.name:<{width}}  {s.state:<11}  {str(s.job_id or '-'):<10}  {s.run_dir}")
         if s.error:
             lines.append(f"{'':<{width}}  {'':<11}  {'':<10}  error: {s.error.strip().splitlines()[0]}")
-    counts: dict[str, int] = {}
-    for s in statuses:
-        counts[s.state] = counts.get(s.state, 0) + 1
-    lines.append(", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+    lines.append(_counts(statuses))
     return "\n".join(lines)
 
 
@@ -532,8 +726,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     if args.executor not in EXECUTORS:
         raise SweepError(f"--executor: must be one of {', '.join(EXECUTORS)}, got {args.executor!r}")
+    if args.poll <= 0:
+        raise SweepError(f"--poll: must be > 0 seconds, got {args.poll}")
+    spec_path = str(Path(args.spec).resolve())
     try:
-        outcome = run_sweep(sweep, args.executor, args.profile, str(Path(args.spec).resolve()))
+        if args.executor == "slurm":
+            outcome = submit_sweep(sweep, args.profile, spec_path)
+            if not args.wait:
+                print(format_status(sweep_status(sweep.output)))
+                print(f"[kdbench] {sum(v == 'submitted' for v in outcome.values())} run(s) submitted; the sweep runs "
+                      f"without this process. Follow it with `kdbench status {sweep.output}`, or run this "
+                      "command again with --wait.", flush=True)
+                print(sweep.output)
+                return 0
+            statuses = wait_for_sweep(sweep.output, args.poll)
+            print(format_status(statuses))
+            print(sweep.output)
+            return 0 if all(s.state == DONE for s in statuses) else 1
+        outcome = run_sweep(sweep, args.executor, args.profile, spec_path)
     except ProfileError as error:
         raise SweepError(str(error)) from None
     print(format_status(sweep_status(sweep.output, query_slurm=False)))
@@ -563,6 +773,10 @@ def add_command(subparsers: Any) -> None:
     sweep.add_argument("--profile", help="cluster profile: a name in slurm/ (e.g. dev) or a YAML path")
     sweep.add_argument("--output", help="sweep folder (default: the spec's output)")
     sweep.add_argument("--dry-run", action="store_true", help="list the runs and their folders; submit nothing")
+    sweep.add_argument("--wait", action="store_true",
+                       help="slurm: stay until every run has ended, printing each change of state (the debug and "
+                            "local executors always wait)")
+    sweep.add_argument("--poll", type=float, default=10.0, help="seconds between two looks at Slurm with --wait")
     sweep.set_defaults(handler=cmd_sweep)
 
     status = subparsers.add_parser("status", help="state of each run of a sweep (or of a folder of runs)")

@@ -807,6 +807,14 @@ def _student_name(run: Mapping[str, Any], field: str = "student") -> str:
     return path.name if "/" in student else student
 
 
+def _teacher_role(run: Mapping[str, Any]) -> str:
+    """The teacher's role: the sweep stage that made it (one fine-tuned teacher per task, one role),
+    else its folder or name."""
+    from kdbench.sweep import stage_role
+
+    return stage_role(run.get("teacher")) or _student_name(run, "teacher")
+
+
 def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer) -> Table:
     import pandas as pd
 
@@ -822,7 +830,7 @@ def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer) -> Tabl
         groups: dict[tuple[str, str, str, str], list[int]] = {}
         for index, run in completed.iterrows():
             label = run.get("label") if isinstance(run.get("label"), str) else ""
-            key = (_canonical_method(run.get("method")), _student_name(run), label or "", _student_name(run, "teacher"))
+            key = (_canonical_method(run.get("method")), _student_name(run), label or "", _teacher_role(run))
             groups.setdefault(key, []).append(index)
         for (method, student, label, teacher), indices in sorted(groups.items()):
             display = f"{method} [{label}]" if label else method

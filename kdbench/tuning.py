@@ -6,16 +6,32 @@ command line (``--space alpha=float:0.1:0.9``) or the YAML config (``search_spac
 Each trial is one ``run_experiment`` call with its own run folder (``label=<study>-t<number>``).
 Intermediate dev evaluations are reported to the trial, so a pruner can stop hopeless trials.
 
-Storage: ``sqlite:///PATH`` (any SQLAlchemy URL) or a journal file (``journal:PATH`` or a path
-ending in ``.journal``/``.log``; :class:`optuna.storages.journal.JournalFileBackend`, preferable on
-shared network file systems). The study is created once by the driver, before any worker starts;
-workers only ``load_study`` (creating one SQLite study from several processes at once fails).
-Resuming: running the same command again continues the study up to ``--trials`` finished trials;
-trials left ``RUNNING`` by a killed earlier invocation are marked failed first.
+Storage: ``sqlite:///PATH`` (the default, ``OUTPUT/study.db``; any SQLAlchemy URL) or a journal file
+(``journal:PATH`` or a path ending in ``.journal``/``.log``;
+:class:`optuna.storages.journal.JournalFileBackend`). The study is created once by the driver,
+before any worker starts; workers only ``load_study`` (creating one SQLite study from several
+processes at once fails).
 
-Outputs in ``--output``: the storage (by default ``study.journal``), ``trials/`` (run folders),
-``best_config.yaml`` (a ready-to-run ``kdbench run --config`` file), ``best.json``,
-``optimization_history.png`` and ``param_importances.png``.
+Dead workers (database storages): every running trial beats a heartbeat into the storage
+(``--heartbeat`` seconds); a trial whose heartbeat is older than the grace period (``--grace``,
+default twice the heartbeat) is failed by whichever worker or driver looks next, and Optuna's
+:class:`~optuna.storages.RetryHeartbeatStaleTrialCallback` queues a retry with the same parameters
+(at most ``--max-retry`` times). The retry takes the original trial's label, hence its run folder,
+so it resumes from the dead trial's last checkpoint. Live trials are never touched: a re-run of
+``kdbench tune`` while workers run just joins them (and, on Slurm, submits no more workers than
+``--workers`` minus those still queued or running). Workers stop once the study holds exactly
+``--trials`` finished (complete or pruned) trials: a worker only starts a trial while finished +
+running trials are fewer than that, and waits for the running ones otherwise (one of them may die
+and be retried). A journal file has no heartbeat: there, trials left ``RUNNING`` are failed when
+the driver starts (safe only when no worker of an earlier invocation is alive).
+
+``kdbench tune`` exits 1, saying so, when fewer than ``--trials`` trials finished (the best-so-far
+files are still written).
+
+Outputs in ``--output``: the storage, ``trials/`` (run folders; a pruned or failed trial keeps its
+own), ``workers.json`` (Slurm job ids of the workers), ``best_config.yaml`` (a ready-to-run
+``kdbench run --config`` file), ``best.json``, ``optimization_history.png`` and
+``param_importances.png``.
 
 No torch/transformers/optuna import at module level (the CLI imports this module).
 """
@@ -27,6 +43,8 @@ import json
 import logging
 import math
 import os
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +57,9 @@ from kdbench.search_space import Choice, FloatRange, IntRange, SearchDimension, 
 
 log = logging.getLogger("kdbench.tuning")
 
-DEFAULT_STORAGE = "study.journal"
+DEFAULT_STORAGE = "study.db"  # SQLite: its RDB storage has the heartbeat that detects dead workers
+WORKERS_FILE = "workers.json"
+FINISHED_STATES = ("COMPLETE", "PRUNED")
 BEST_CONFIG = "best_config.yaml"
 SPACE_KEY = "search_space"
 INLINE = "inline"
@@ -181,15 +201,39 @@ def space_to_yaml(space: SearchSpace) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # Storage, pruning
 # ---------------------------------------------------------------------------------------------
-def make_storage(url: str) -> Any:
-    """An Optuna storage from ``sqlite:///...``/another SQLAlchemy URL, or a journal file path."""
+@dataclass(frozen=True)
+class Heartbeat:
+    """Dead-worker detection of a database storage: beat every ``interval_s``; a running trial
+    silent for ``grace_s`` is failed and retried (same parameters, same run folder) up to
+    ``max_retry`` times."""
+
+    interval_s: int = 60
+    grace_s: int | None = None  # default: twice the interval
+    max_retry: int = 2
+
+
+def make_storage(url: str, heartbeat: Heartbeat | None = None) -> Any:
+    """An Optuna storage from ``sqlite:///...``/another SQLAlchemy URL, or a journal file path.
+
+    ``heartbeat`` enables Optuna's heartbeat and stale-trial retry (database storages only).
+    """
     import optuna
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
     if url.startswith("journal:"):
         return JournalStorage(JournalFileBackend(url[len("journal:"):]))
     if "://" in url:
-        return optuna.storages.RDBStorage(url)
+        if heartbeat is None or heartbeat.interval_s <= 0:
+            return optuna.storages.RDBStorage(url)
+        import warnings
+
+        with warnings.catch_warnings():  # the heartbeat arguments are marked experimental
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                url, heartbeat_interval=heartbeat.interval_s,
+                grace_period=heartbeat.grace_s or 2 * heartbeat.interval_s,
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                    max_retry=heartbeat.max_retry))
     if url.endswith((".journal", ".log", ".jsonl")):
         return JournalStorage(JournalFileBackend(url))
     raise ConfigError(f"--storage {url!r}: expected sqlite:///PATH (or another database URL), journal:PATH, "
@@ -246,6 +290,7 @@ class TuneSpec:
     main_metric: str
     pruner: str = "median"
     sampler_seed: int | None = None
+    heartbeat: Heartbeat = field(default_factory=Heartbeat)
 
     @property
     def trials_dir(self) -> Path:
@@ -255,17 +300,51 @@ class TuneSpec:
         return {name: dimension_from_mapping(name, value) for name, value in self.space.items()}  # type: ignore[misc]
 
 
+def _system_attrs(trial: Any) -> dict[str, Any]:
+    if hasattr(trial, "system_attrs"):  # a FrozenTrial
+        return trial.system_attrs
+    return trial.storage.get_trial_system_attrs(trial._trial_id)  # a live Trial keeps them in the storage
+
+
+def original_trial_number(trial: Any) -> int:
+    """The number of the trial this one retries (a dead worker's), else its own number."""
+    retried = _system_attrs(trial).get("failed_trial")
+    return trial.number if retried is None else int(retried)
+
+
+def fail_stale_trials(study: Any) -> None:
+    """Fail the running trials of dead workers (stale heartbeat) and queue their retries; a no-op
+    for a storage without heartbeat."""
+    import warnings
+
+    import optuna
+    from optuna.storages import fail_stale_trials as fail_stale
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        fail_stale(study)
+
+
 def objective(spec: TuneSpec, trial: Any) -> float:
-    """One trial: suggest, run, return the main dev metric from ``result.json``."""
-    from kdbench.engine import run_experiment
+    """One trial: suggest, run, return the main dev metric from ``result.json``.
+
+    The run is labelled by the trial's *original* number, so a retry of a dead worker's trial has
+    the same config, hence the same run folder, and resumes from its last checkpoint. The run
+    folder is recorded before training, so a pruned or failed trial names its own folder too.
+    """
+    from kdbench.engine import plan_run, run_experiment
     from kdbench.records import RESULT_FILE, read_record
 
     params = suggest(trial, spec.dimensions())
-    values = {**spec.base, **params, "label": f"{spec.study_name}-t{trial.number}", "output": str(spec.trials_dir)}
+    original = original_trial_number(trial)
+    values = {**spec.base, **params, "label": f"{spec.study_name}-t{original}", "output": str(spec.trials_dir)}
     config = build_run_config(values)
-    trial.set_user_attr("run_dir", str(Path(spec.trials_dir)))
+    trial.set_user_attr("run_dir", str(plan_run(config).run_dir))
+    if original != trial.number:
+        trial.set_user_attr("retry_of", original)
+        print(f"[kdbench] trial {trial.number} retries trial {original} (its worker died) in "
+              f"{trial.user_attrs['run_dir']}", flush=True)
     run_dir = run_experiment(config, callbacks=[pruning_callback(trial, f"eval_{spec.main_metric}")])
-    trial.set_user_attr("run_dir", str(run_dir))
     metrics = read_record(run_dir / RESULT_FILE)["metrics"]
     if spec.main_metric not in metrics:
         raise ConfigError(f"trial {trial.number}: result.json of {run_dir} has no {spec.main_metric!r} "
@@ -276,7 +355,7 @@ def objective(spec: TuneSpec, trial: Any) -> float:
 @dataclass(frozen=True)
 class WorkerRequest:
     spec: TuneSpec
-    trials: int  # this worker's share
+    trials: int  # the worker gives up after this many of its own trials failed
     worker: int
     target: int  # finished (complete or pruned) trials wanted in the study in all
 
@@ -287,36 +366,64 @@ def worker_seed(sampler_seed: int | None, worker: int, existing_trials: int) -> 
     return None if sampler_seed is None else sampler_seed + 7919 * worker + 104729 * existing_trials
 
 
+class SurplusTrial(RuntimeError):
+    """Two workers started a trial at the same moment when only one more was needed: the later
+    one (higher number) gives its trial up (recorded as failed with ``user_attrs["surplus"]``)."""
+
+
 class TuneWorker(submitit.helpers.Checkpointable):
-    """A submitted worker: loads the (already created) study and runs its share of the trials."""
+    """A submitted worker: loads the (already created) study and runs trials until the study holds
+    ``target`` finished trials (see the module docstring); ``trials`` bounds how many of its own
+    trials may fail before it gives up."""
 
     def __call__(self, request: WorkerRequest) -> dict[str, int]:
         import optuna
+        from optuna.storages._heartbeat import is_heartbeat_enabled
         from optuna.trial import TrialState
 
-        from kdbench.launch import configure_job_process
+        from kdbench.launch import configure_job_process, current_job_id
 
         configure_job_process()
         spec = request.spec
-        study = optuna.load_study(study_name=spec.study_name, storage=make_storage(spec.storage),
-                                  pruner=make_pruner(spec.pruner))
+        storage = make_storage(spec.storage, spec.heartbeat)
+        study = optuna.load_study(study_name=spec.study_name, storage=storage, pruner=make_pruner(spec.pruner))
         study.sampler = optuna.samplers.TPESampler(seed=worker_seed(spec.sampler_seed, request.worker,
                                                                     len(study.trials)))
-        job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")
+        job_id = current_job_id()
+        watched = is_heartbeat_enabled(storage)  # can a running trial of a dead worker be told apart?
+        busy = (TrialState.RUNNING, TrialState.WAITING) if watched else (TrialState.WAITING,)
+        finished = (TrialState.COMPLETE, TrialState.PRUNED)
 
         def run_trial(trial: Any) -> float:
             trial.set_user_attr("worker", request.worker)
             trial.set_user_attr("job_id", job_id)
+            trial.set_user_attr("pid", os.getpid())
+            trial.set_user_attr("host", os.uname().nodename)
+            ahead = [t for t in study.get_trials(deepcopy=False, states=(*finished, *busy)) if t.number < trial.number]
+            if original_trial_number(trial) == trial.number and len(ahead) >= request.target:
+                trial.set_user_attr("surplus", True)
+                raise SurplusTrial(f"trial {trial.number} not needed: {request.target} trials are finished or running")
             return objective(spec, trial)
 
-        # A requeued worker (time limit) runs its share again; the study-wide cap keeps the total.
-        cap = optuna.study.MaxTrialsCallback(request.target, states=(TrialState.COMPLETE, TrialState.PRUNED))
-        before = len(study.trials)
-        if finished_trials(study) < request.target:
-            study.optimize(run_trial, n_trials=request.trials, catch=(Exception,), gc_after_trial=True,
-                           callbacks=[cap])
-        mine = study.trials[before:]
-        return {state: sum(1 for t in mine if t.state.name == state) for state in ("COMPLETE", "PRUNED", "FAIL")}
+        mine: dict[str, int] = {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0}
+        while True:
+            fail_stale_trials(study)  # a dead worker's trial: failed, and its retry queued
+            if len(study.get_trials(deepcopy=False, states=finished)) >= request.target:
+                break
+            waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+            active = study.get_trials(deepcopy=False, states=(*finished, *busy))
+            if not waiting and len(active) >= request.target:
+                time.sleep(max(1, min(10, spec.heartbeat.interval_s)))  # the running trials may yet die
+                continue
+            if mine["FAIL"] >= request.trials:
+                log.error("worker %d: %d of its trials failed; giving up", request.worker, mine["FAIL"])
+                break
+            study.optimize(run_trial, n_trials=1, catch=(Exception,), gc_after_trial=True)
+            last = max((t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("worker") == request.worker
+                        and t.user_attrs.get("pid") == os.getpid()), key=lambda t: t.number, default=None)
+            if last is not None and last.state.name in mine and not last.user_attrs.get("surplus"):
+                mine[last.state.name] += 1
+        return mine
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,16 +440,26 @@ class TuneResult:
 
 
 def prepare_study(spec: TuneSpec, direction: str = "maximize") -> Any:
-    """Create (or load) the study once, before any worker starts; fail stale RUNNING trials."""
+    """Create (or load) the study once, before any worker starts.
+
+    With a heartbeat, only trials whose worker died (stale heartbeat) are failed, and retried; live
+    trials of workers still running are left alone. Without one (journal file), every ``RUNNING``
+    trial is taken for a dead worker's and failed.
+    """
     import optuna
+    from optuna.storages._heartbeat import is_heartbeat_enabled
     from optuna.trial import TrialState
 
-    storage = make_storage(spec.storage)
+    storage = make_storage(spec.storage, spec.heartbeat)
     study = optuna.create_study(study_name=spec.study_name, storage=storage, direction=direction,
                                 load_if_exists=True, pruner=make_pruner(spec.pruner))
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        log.warning("trial %d was left running by an earlier invocation; marking it failed", trial.number)
-        storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+    if is_heartbeat_enabled(storage):
+        fail_stale_trials(study)
+    else:
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            log.warning("trial %d was left running by an earlier invocation; marking it failed (a journal "
+                        "storage has no heartbeat to tell a live worker from a dead one)", trial.number)
+            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
     study.set_user_attr("base", spec.base)
     study.set_user_attr("search_space", spec.space)
     study.set_user_attr("main_metric", spec.main_metric)
@@ -355,56 +472,100 @@ def finished_trials(study: Any) -> int:
     return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
 
 
-def split_trials(total: int, workers: int) -> list[int]:
-    """``total`` trials over ``workers`` workers, as evenly as possible, no empty shares."""
-    workers = max(1, min(workers, total))
-    return [total // workers + (1 if i < total % workers else 0) for i in range(workers)] if total > 0 else []
+class TuningIncompleteError(RuntimeError):
+    """Fewer trials than asked finished; the message gives the counts (best-so-far files are written)."""
+
+
+def _live_slurm_workers(output: Path) -> list[str]:
+    """Job ids of this study's Slurm workers (``workers.json``) that are still queued or running."""
+    from kdbench.launch import SLURM_LIVE_STATES, slurm_job_states
+
+    path = output / WORKERS_FILE
+    recorded = json.loads(path.read_text()).get("job_ids", []) if path.is_file() else []
+    states = slurm_job_states(recorded) or {}
+    return [job for job in recorded if states.get(job) in SLURM_LIVE_STATES]
+
+
+def _wait_for_slurm_jobs(job_ids: list[str], poll_seconds: float) -> dict[str, str | None]:
+    """Poll ``squeue``/``sacct`` until none of ``job_ids`` is queued or running (a job cancelled
+    while pending is gone at once; submitit's ``Job.result`` would wait for it forever)."""
+    from kdbench.launch import SLURM_LIVE_STATES, slurm_job_states
+
+    while True:
+        states = slurm_job_states(job_ids)
+        if states is not None and not any(state in SLURM_LIVE_STATES for state in states.values()):
+            return states
+        time.sleep(poll_seconds)
 
 
 def run_tune(spec: TuneSpec, trials: int, workers: int = 1, executor_kind: str = INLINE,
-             profile: str | dict[str, Any] | None = None) -> TuneResult:
+             profile: str | dict[str, Any] | None = None, poll_seconds: float = 5.0) -> TuneResult:
+    """Run the study to ``trials`` finished trials; raise :class:`TuningIncompleteError` (after
+    writing the best-so-far files) when fewer finished."""
     import optuna
 
     output = Path(spec.output)
     output.mkdir(parents=True, exist_ok=True)
     study = prepare_study(spec)
-    shares = split_trials(trials - finished_trials(study), workers)
-    if not shares:
+    live = _live_slurm_workers(output) if executor_kind == "slurm" else []
+    needed = max(0, trials - finished_trials(study))
+    count = min(workers, needed) - len(live) if needed else 0
+    if live:
+        print(f"[kdbench] {len(live)} worker(s) of an earlier invocation still queued or running: "
+              f"{', '.join(live)}", flush=True)
+    if not needed:
         log.info("study %s already has %d finished trials; running none", spec.study_name, finished_trials(study))
-    requests = [WorkerRequest(spec, n, i, trials) for i, n in enumerate(shares)]
+    requests = [WorkerRequest(spec, max(1, trials), len(live) + i, trials) for i in range(max(0, count))]
     if requests and executor_kind == INLINE:
         for request in requests:
             TuneWorker()(request)
-    elif requests:
+    elif requests or live:
         from kdbench.launch import make_executor
 
-        executor = make_executor(executor_kind, output / ".submitit", profile)
+        jobs = []
+        if requests:
+            executor = make_executor(executor_kind, output / ".submitit", profile)
+            if executor_kind == "slurm":
+                executor.update_parameters(name=f"kdbench-tune-{spec.study_name}")
+            with executor.batch():
+                jobs = [executor.submit(TuneWorker(), request) for request in requests]
+            print(f"[kdbench] {len(jobs)} tuning worker(s) submitted ({executor_kind}): "
+                  f"{', '.join(str(j.job_id) for j in jobs)}", flush=True)
         if executor_kind == "slurm":
-            executor.update_parameters(name=f"kdbench-tune-{spec.study_name}")
-        with executor.batch():
-            jobs = [executor.submit(TuneWorker(), request) for request in requests]
-        print(f"[kdbench] {len(jobs)} tuning worker(s) submitted ({executor_kind}): "
-              f"{', '.join(str(j.job_id) for j in jobs)}; trials per worker {shares}", flush=True)
-        errors = []
-        for job in jobs:
-            try:
-                job.result()
-            except Exception as error:  # noqa: BLE001 - report every worker, then fail
-                errors.append(f"worker {job.job_id}: {str(error).strip().splitlines()[-1] if str(error).strip() else error}")
-        if errors:
-            log.error("tuning workers failed: %s", "; ".join(errors))
+            from kdbench.records import write_json_atomic
+
+            job_ids = [*live, *(str(job.job_id) for job in jobs)]
+            write_json_atomic(output / WORKERS_FILE, {"job_ids": job_ids})
+            ended = _wait_for_slurm_jobs(job_ids, poll_seconds)
+            failed = {job: state for job, state in ended.items() if state != "COMPLETED"}
+            if failed:
+                log.error("tuning workers that did not end well: %s",
+                          ", ".join(f"{job} {state or 'CANCELLED (before it started)'}" for job, state in failed.items()))
+        else:
+            for job in jobs:
+                try:
+                    job.result()
+                except Exception as error:  # noqa: BLE001 - report every worker, then count the trials
+                    text = str(error).strip()
+                    log.error("tuning worker %s failed: %s", job.job_id, text.splitlines()[-1] if text else error)
     study = optuna.load_study(study_name=spec.study_name, storage=make_storage(spec.storage))
     counts = {state: sum(1 for t in study.trials if t.state.name == state)
-              for state in ("COMPLETE", "PRUNED", "FAIL", "RUNNING")}
+              for state in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")}
     completed = [t for t in study.trials if t.state.name == "COMPLETE"]
+    finished = counts["COMPLETE"] + counts["PRUNED"]
     if not completed:
-        raise ConfigError(f"study {spec.study_name!r}: no trial completed ({counts}); see the trial run folders "
-                          f"under {spec.trials_dir}")
+        raise TuningIncompleteError(f"study {spec.study_name!r}: no trial completed of {trials} asked ({counts}); "
+                                    f"see the trial run folders under {spec.trials_dir}")
     best = study.best_trial
     files = export_best(spec, best.params, output)
     files.update(save_plots(study, output))
     result = TuneResult(best.value, best.params, best.number, best.user_attrs.get("run_dir"), counts, files)
-    (output / "best.json").write_text(json.dumps(result.__dict__, indent=2, default=str) + "\n")
+    (output / "best.json").write_text(json.dumps({**result.__dict__, "trials_asked": trials,
+                                                  "trials_finished": finished}, indent=2, default=str) + "\n")
+    if finished < trials:
+        raise TuningIncompleteError(f"study {spec.study_name!r}: only {finished} of {trials} trials finished "
+                                    f"({counts}); best so far written to {output / 'best.json'}; run the same "
+                                    "command again to finish the study")
     return result
 
 
@@ -479,7 +640,7 @@ def spec_from_args(args: argparse.Namespace) -> TuneSpec:
     space = resolve_space(declared, yaml_space, args.space or [], fixed=set(values) - {"method", "task"})
     plan_run(build_run_config({**values, **space_midpoint(space), "output": args.output}))  # every name valid
     task = TASKS.get(base_config.task)
-    storage = args.storage or str(Path(args.output).resolve() / DEFAULT_STORAGE)
+    storage = args.storage or f"sqlite:///{Path(args.output).resolve() / DEFAULT_STORAGE}"
     if storage.startswith("sqlite:///") and not storage.startswith("sqlite:////"):
         path = Path(storage[len("sqlite:///"):])
         storage = f"sqlite:///{path.resolve()}"  # workers may run elsewhere: make it absolute
@@ -492,6 +653,7 @@ def spec_from_args(args: argparse.Namespace) -> TuneSpec:
         main_metric=task.spec.main_metric,
         pruner=args.pruner,
         sampler_seed=args.sampler_seed,
+        heartbeat=Heartbeat(args.heartbeat, args.grace, args.max_retry),
     )
 
 
@@ -504,8 +666,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ConfigError(f"--executor: must be one of {', '.join(TUNE_EXECUTORS)}, got {args.executor!r}")
     if args.executor == INLINE and args.workers > 1:
         raise ConfigError("--workers > 1 needs --executor local or slurm (inline runs in this process)")
+    if args.heartbeat < 0 or (args.grace is not None and args.grace <= args.heartbeat) or args.max_retry < 0:
+        raise ConfigError(f"--heartbeat {args.heartbeat} / --grace {args.grace} / --max-retry {args.max_retry}: "
+                          "need heartbeat >= 0, grace > heartbeat, max-retry >= 0")
     spec = spec_from_args(args)
-    result = run_tune(spec, args.trials, args.workers, args.executor, args.profile)
+    try:
+        result = run_tune(spec, args.trials, args.workers, args.executor, args.profile)
+    except TuningIncompleteError as error:
+        print(f"kdbench tune: {error}", file=sys.stderr)
+        return 1
     print(json.dumps({"best_value": result.best_value, "best_params": result.best_params,
                       "best_trial": result.best_trial, "trials": result.counts}, default=str))
     print(result.files["best_config"])
@@ -522,7 +691,7 @@ def add_command(subparsers: Any) -> None:
     tune.add_argument("--config", help="YAML run config; may hold a search_space: mapping")
     tune.add_argument("--output", default="tune", help="study folder (default: tune)")
     tune.add_argument("--trials", type=int, required=True, help="finished trials wanted in the study in all")
-    tune.add_argument("--storage", help="sqlite:///PATH, journal:PATH or PATH.journal (default: OUTPUT/study.journal)")
+    tune.add_argument("--storage", help="sqlite:///PATH, journal:PATH or PATH.journal (default: sqlite:///OUTPUT/study.db)")
     tune.add_argument("--study-name", dest="study_name", help="default: METHOD-TASK")
     tune.add_argument("--space", action="append", metavar="NAME=SPEC",
                       help="override one dimension: float:LOW:HIGH[:log], int:LOW:HIGH[:STEP], choice:A,B, none")
@@ -531,5 +700,11 @@ def add_command(subparsers: Any) -> None:
     tune.add_argument("--workers", type=int, default=1, help="parallel workers sharing the storage")
     tune.add_argument("--executor", default=INLINE, help="inline (this process) | debug | local | slurm")
     tune.add_argument("--profile", help="cluster profile for --executor slurm (e.g. dev) or a YAML path")
+    tune.add_argument("--heartbeat", type=int, default=60,
+                      help="seconds between a running trial's heartbeats (database storage; 0: off)")
+    tune.add_argument("--grace", type=int, default=None,
+                      help="a trial silent this long is a dead worker's: failed and retried (default 2 x heartbeat)")
+    tune.add_argument("--max-retry", dest="max_retry", type=int, default=2,
+                      help="retries of a dead worker's trial, resuming its run folder (default 2)")
     tune.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="fixed run keys, e.g. epochs=1 max_steps=50")
     tune.set_defaults(handler=cmd_tune)

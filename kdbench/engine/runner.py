@@ -30,6 +30,7 @@ from kdbench.engine.evaluation import evaluate_student
 from kdbench.engine.models import DistillationModule, training_device
 from kdbench.engine.planning import RunPlan, check_model_paths_exist, plan_run
 from kdbench.engine.preflight import preflight
+from kdbench.engine.resume import RunClock, StageClock, interrupted_status
 from kdbench.engine.run_log import StageProgress, TimedCheckpoints, run_log_file
 from kdbench.engine.setup import prepare_run
 from kdbench.engine.trainer import DistillationTrainer, ResumeLogger, stage_optimization, training_arguments
@@ -98,7 +99,7 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback], fresh: boo
     run_dir.mkdir(parents=True, exist_ok=True)
     if writer:
         save_config(plan.config, run_dir / "config.yaml")
-    started = time.perf_counter()
+    clock = RunClock(run_dir, writer)  # train_seconds add up over attempts (requeue, resume)
     record: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "method": plan.config.method,
@@ -116,11 +117,12 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback], fresh: boo
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     try:
-        outcome = _execute(plan, run_dir, callbacks)
+        outcome = _execute(plan, run_dir, callbacks, clock)
         record.update(outcome, status="completed", error=None)
     except KeyboardInterrupt:  # the user stopped it: not a failure of the method; re-running resumes
+        clock.save(ended=INTERRUPTED)
         record.update(status=INTERRUPTED, error="interrupted (KeyboardInterrupt)",
-                      train_seconds=round(time.perf_counter() - started, 2))
+                      train_seconds=clock.total_seconds(), attempts=clock.count)
         if writer:
             write_json_atomic(record_path, record)
             log.warning("run %s interrupted; run the same command again to resume", run_dir)
@@ -130,18 +132,22 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback], fresh: boo
             # Bad data or config found after planning: nothing was trained, so nothing is kept.
             shutil.rmtree(run_dir, ignore_errors=True)
             raise
+        clock.save(ended="failed")
         record.update(status="failed", error=f"{type(error).__name__}: {error}", input_error=True,
-                      train_seconds=round(time.perf_counter() - started, 2))
+                      train_seconds=clock.total_seconds(), attempts=clock.count)
         if writer:
             write_json_atomic(record_path, record)
         raise
     except BaseException as error:
-        record.update(status="failed", error=f"{type(error).__name__}: {error}",
-                      traceback=traceback.format_exc(limit=20), train_seconds=round(time.perf_counter() - started, 2))
+        status = interrupted_status(error)  # requeued by submitit, or failed
+        clock.save(ended=status)
+        record.update(status=status, error=f"{type(error).__name__}: {error}", traceback=traceback.format_exc(limit=20),
+                      train_seconds=clock.total_seconds(), attempts=clock.count)
         if writer:
             write_json_atomic(record_path, record)
         raise
-    record["train_seconds"] = round(time.perf_counter() - started, 2)
+    clock.save(ended="completed")
+    record.update(train_seconds=clock.total_seconds(), attempts=clock.count)
     if writer:
         record["disk_bytes"] = folder_bytes(run_dir)
         write_json_atomic(record_path, record)
@@ -150,7 +156,8 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback], fresh: boo
     return run_dir
 
 
-def _execute(plan: RunPlan, run_dir: Path, callbacks: Sequence[TrainerCallback] = ()) -> dict[str, Any]:
+def _execute(plan: RunPlan, run_dir: Path, callbacks: Sequence[TrainerCallback] = (),
+             clock: RunClock | None = None) -> dict[str, Any]:
     config, task = plan.config, plan.task
     prepared = prepare_run(plan, training_device())
     data, teacher, distillation = prepared.data, prepared.teacher, prepared.distillation
@@ -159,7 +166,7 @@ def _execute(plan: RunPlan, run_dir: Path, callbacks: Sequence[TrainerCallback] 
     for index, stage in enumerate(distillation.stages):
         stage_results.append(_run_stage(index, stage, distillation.module, teacher, distillation.teacher_order, task,
                                         prepared.train_dataset, data.eval_splits, data.tokenizer, config, run_dir,
-                                        callbacks, prepared.teacher_cache))
+                                        callbacks, prepared.teacher_cache, clock))
 
     eval_splits = data.eval_splits
     metrics = evaluate_student(student, task, eval_splits, data.tokenizer, config.train.eval_batch_size) if eval_splits else {}
@@ -184,7 +191,7 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
                teacher_order: list[int] | None, task: Task, train_dataset: Any, eval_splits: list[EncodedSplit],
                tokenizer: Any, config: RunConfig, run_dir: Path,
                callbacks: Sequence[TrainerCallback] = (),
-               teacher_cache: TeacherCacheSession | None = None) -> StageResult:
+               teacher_cache: TeacherCacheSession | None = None, clock: RunClock | None = None) -> StageResult:
     folder = run_dir / "stages" / f"{index}-{stage.name}"
     done = folder / STAGE_DONE
     if done.is_file():
@@ -200,6 +207,7 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
           f"{optimization.schedule} schedule, epochs {optimization.epochs:g}"
           f"{f', {world} processes' if world > 1 else ''})", flush=True)
     checkpoint = last_complete_checkpoint(folder)
+    stage_clock = StageClock(folder, checkpoint, clock, is_main_process())  # seconds go on from the checkpoint's
     args = training_arguments(config, stage, folder, task.spec.main_metric, has_eval=bool(eval_splits))
     progress = StageProgress(stage.name, run_dir, task.spec.main_metric if args.load_best_model_at_end else None,
                              show_bar=is_main_process())
@@ -211,7 +219,8 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
         eval_dataset=eval_splits[0].features if eval_splits else None,
         data_collator=DataCollatorWithPadding(tokenizer),
         processing_class=tokenizer,
-        callbacks=[ResumeLogger(checkpoint), progress, TimedCheckpoints(config.train.checkpoint_minutes), *callbacks],
+        callbacks=[ResumeLogger(checkpoint), progress, TimedCheckpoints(config.train.checkpoint_minutes), stage_clock,
+                   *callbacks],
         stage=stage,
         teacher=teacher,
         teacher_order=teacher_order,
@@ -222,7 +231,6 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
         optimization=optimization,
     )
     trainer.remove_callback(ProgressCallback)  # StageProgress shows the bar, with the loss terms
-    started = time.perf_counter()
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
     except (RuntimeError, MemoryError) as error:
@@ -232,7 +240,7 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
                                        str(next(module.parameters()).device), str(error).splitlines()[0]) from error
     finally:
         trainer.release()
-    seconds = time.perf_counter() - started
+    seconds = stage_clock.seconds()
     metrics = {}
     if trainer.state.best_metric is not None:
         metrics[args.metric_for_best_model] = trainer.state.best_metric

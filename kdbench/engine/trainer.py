@@ -17,6 +17,7 @@ from kdbench.config import ConfigError, RunConfig
 from kdbench.engine.checkpoints import load_module, save_module
 from kdbench.engine.evaluation import evaluate_student, model_inputs
 from kdbench.engine.optimizer import build_adamw
+from kdbench.engine.resume import reproducible_sampler
 from kdbench.features import Features
 from kdbench.lamb import Lamb
 from kdbench.method import ParamGroup, Stage, all_parameters
@@ -126,6 +127,11 @@ class DistillationTrainer(Trainer):
                     logs[f"lr/{group['name']}"] = group["lr"]
         logs.setdefault("stage", self.stage.name)  # type: ignore[arg-type]
         super().log(logs, start_time)
+
+    def _get_train_sampler(self, train_dataset: Any = None) -> Any:
+        # the epoch's order from (seed, epoch) alone, so a resumed run sees the batches it would have
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        return reproducible_sampler(super()._get_train_sampler(train_dataset), seed)
 
     # -- optimiser -------------------------------------------------------------------------
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:

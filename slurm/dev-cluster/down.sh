@@ -19,9 +19,21 @@ stop() {  # stop NAME PIDFILE
     fi
     rm -f "$pidfile"
 }
-if [[ -f /etc/slurm/slurm.conf ]] && command -v scancel >/dev/null; then
-    SLURM_CONF=/etc/slurm/slurm.conf timeout 10 scancel --full --quiet --user=root 2>/dev/null || true
-    sleep 1
+# Cancel the jobs of this dev cluster only: by id, as listed by the controller that up.sh started
+# (its pid file is alive and it answers as cluster $CLUSTER). Another Slurm reachable from this
+# machine, and jobs of other users or clusters, are never touched.
+CLUSTER="${KDBENCH_SLURM_CLUSTER:-dev}"
+export SLURM_CONF=/etc/slurm/slurm.conf
+ctld_pid=$(cat "$RUN_DIR/slurmctld.pid" 2>/dev/null || true)
+if [[ -n "$ctld_pid" ]] && kill -0 "$ctld_pid" 2>/dev/null && command -v squeue >/dev/null \
+        && timeout 10 scontrol show config 2>/dev/null | grep -E "^ClusterName +=[ ]+$CLUSTER\$" >/dev/null; then
+    jobs=$(timeout 10 squeue --noheader --format=%F --clusters="$CLUSTER" 2>/dev/null | grep -E "^[0-9]+$" | sort -un || true)
+    if [[ -n "$jobs" ]]; then
+        echo "[dev-cluster] cancelling the dev cluster's jobs: $(echo $jobs)" >&2
+        # shellcheck disable=SC2086
+        timeout 10 scancel --clusters="$CLUSTER" $jobs 2>/dev/null || true
+        sleep 1
+    fi
 fi
 stop slurmd "$RUN_DIR/slurmd.pid"
 stop slurmctld "$RUN_DIR/slurmctld.pid"

@@ -14,7 +14,7 @@ from kdbench import launch
 
 
 def test_shipped_profiles_load():
-    assert {"dev", "example-gpu", "local"} <= set(launch.available_profiles())
+    assert {"dev", "example-gpu", "example-multinode", "local"} <= set(launch.available_profiles())
     dev = launch.load_profile("dev")
     assert dev["partition"] == "debug" and dev["timeout_min"] >= 3
 
@@ -114,5 +114,43 @@ def test_graceful_requeue_outside_training_hands_over_at_once():
         launch.graceful_requeue_callback()
         os.kill(os.getpid(), signal.SIGUSR2)
         assert calls == [signal.SIGUSR2]
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+
+
+def test_multinode_profile_renders_to_the_sbatch_options_it_promises(tmp_path):
+    """slurm/example-multinode.yaml through submitit's own sbatch writer, as a 10-cell sweep array."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    executor = launch.make_executor("slurm", tmp_path, "example-multinode")
+    assert executor._executor.max_num_timeout == 10
+    text = _make_sbatch_string(command="python -m submitit.core._submit", folder=tmp_path, map_count=10,
+                               **executor._executor.parameters)
+    lines = set(text.splitlines())
+    for option in ("--partition=gpu", "--account=my-project", "--qos=normal", "--nodes=2", "--gpus-per-node=4",
+                   "--ntasks-per-node=4", "--cpus-per-task=8", "--mem=256GB", "--time=1440", "--signal=USR2@120",
+                   "--array=0-9%4", "--constraint=a100", "--requeue", "--exclusive"):
+        assert f"#SBATCH {option}" in lines, option
+    assert "module load cuda/12.1 || true" in lines and "export NCCL_ASYNC_ERROR_HANDLING=1" in lines
+
+
+def test_graceful_requeue_raises_requeued_when_submitit_requeues():
+    """submitit's handler requeues and calls sys.exit: the run sees Requeued, recorded 'requeued'."""
+    import sys
+
+    from kdbench.engine.resume import Requeued, interrupted_status
+
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: sys.exit(-1))
+    try:
+        callback = launch.graceful_requeue_callback()
+        control = SimpleNamespace(should_save=False, should_evaluate=True)
+        state = SimpleNamespace(global_step=3)
+        callback.on_train_begin(None, state, control)
+        os.kill(os.getpid(), signal.SIGUSR2)
+        callback.on_step_end(None, state, control)
+        with pytest.raises(Requeued) as caught:
+            callback.on_save(None, state, control)
+        assert caught.value.code == -1 and interrupted_status(caught.value) == "requeued"
+        assert interrupted_status(SystemExit(-1)) == interrupted_status(RuntimeError()) == "failed"
     finally:
         signal.signal(signal.SIGUSR2, previous)

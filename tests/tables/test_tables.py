@@ -287,3 +287,27 @@ def test_upstream_selector_and_alternatives(run, runs_frame):
     assert "1 completed run(s) match no row" in notes and "finetune/sst2/mobilebert-6l-384" in notes
     bare = build_table("mobilebert-table9", runs)
     assert _cell(bare, "MobileBERT (bare)", "SST-2") == "73.3"
+
+
+def test_cross_method_rows_group_by_the_teachers_sweep_role_not_its_folder(tmp_path, run, runs_frame):
+    """A `${finetune-teacher}` sweep over two tasks: each task has its own teacher folder, all made
+    by one stage, so each method is one row and its average is filled."""
+    from kdbench.sweep import expand, write_manifest
+
+    spec = {"name": "roles", "output": str(tmp_path / "sweep"),
+            "stages": {"finetune-teacher": {"method": "finetune", "task": "${task}", "student": "bert-base-uncased"}},
+            "grid": {"methods": {"kd": {"teacher": "${finetune-teacher}"}, "pkd": {"teacher": "${finetune-teacher}"}},
+                     "tasks": ["sst2", "rte"], "seeds": [1], "student": "tinybert-4l-312"}}
+    sweep = expand(spec)
+    write_manifest(sweep, "slurm", None)
+    teachers = {sweep.runs[f"finetune-teacher-{t}"].values["task"]: str(sweep.runs[f"finetune-teacher-{t}"].run_dir)
+                for t in ("sst2", "rte")}
+    assert len(set(teachers.values())) == 2  # one fine-tuned teacher per task
+    scores = {("kd", "sst2"): 90.0, ("kd", "rte"): 60.0, ("pkd", "sst2"): 88.0, ("pkd", "rte"): 64.0}
+    runs = runs_frame(*[run(method, task, {"acc": score}, seed=1, teacher=sweep.runs[f"{method}-{task}-s1"].values["teacher"],
+                            run_dir=str(sweep.runs[f"{method}-{task}-s1"].run_dir))
+                        for (method, task), score in scores.items()])
+    table = build_table("cross-method", runs)
+    assert table.header[3:6] == ["SST-2", "RTE", "Avg (ours)"]
+    assert [r[:6] for r in table.rows] == [["kd", "tinybert-4l-312", "finetune-teacher", "90.0", "60.0", "75.0"],
+                                           ["pkd", "tinybert-4l-312", "finetune-teacher", "88.0", "64.0", "76.0"]]

@@ -1,8 +1,9 @@
 """Tuning pieces without training: search-space parsing, suggestions, storage, pruning, study
-preparation, trial splitting, plots."""
+preparation, heartbeat retries, plots."""
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import optuna
@@ -85,13 +86,6 @@ def test_kd_declares_its_search_space():
     assert {"alpha", "temperature", "lr"} <= set(space)
 
 
-def test_split_trials():
-    assert tuning.split_trials(8, 2) == [4, 4]
-    assert tuning.split_trials(7, 3) == [3, 2, 2]
-    assert tuning.split_trials(2, 5) == [1, 1]
-    assert tuning.split_trials(0, 2) == []
-
-
 def test_storages(tmp_path):
     from optuna.storages import JournalStorage, RDBStorage
 
@@ -131,6 +125,28 @@ def test_prepare_study_creates_once_and_fails_stale_running_trials(tmp_path):
     assert states == [TrialState.COMPLETE, TrialState.FAIL]
     assert tuning.finished_trials(again) == 1
     assert again.user_attrs["base"] == {"method": "kd"}
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
+def test_with_a_heartbeat_only_a_dead_workers_trial_is_failed_and_queued_again(tmp_path):
+    """A database storage with a heartbeat (1 s, grace 2 s): a trial whose worker beats is left
+    running by a re-run; once silent past the grace period it is failed and retried with the same
+    parameters, and the retry knows the original trial's number (which picks the run folder)."""
+    spec = tuning.TuneSpec("s", f"sqlite:///{tmp_path / 's.db'}", {"method": "kd"},
+                           {"alpha": {"low": 0.1, "high": 0.9}}, str(tmp_path), "acc",
+                           heartbeat=tuning.Heartbeat(interval_s=1, grace_s=2, max_retry=1))
+    study = tuning.prepare_study(spec)
+    trial = study.ask()
+    alpha = trial.suggest_float("alpha", 0.1, 0.9)
+    study._storage.record_heartbeat(trial._trial_id)  # what a live worker's heartbeat thread does
+    again = tuning.prepare_study(spec)  # the driver re-run while the worker lives
+    assert [t.state for t in again.trials] == [TrialState.RUNNING]
+    time.sleep(3)  # the worker died: no beat for longer than the grace period
+    again = tuning.prepare_study(spec)
+    assert [t.state for t in again.trials] == [TrialState.FAIL, TrialState.WAITING]
+    retry = again.ask()
+    assert retry.params == {"alpha": alpha} and tuning.original_trial_number(retry) == trial.number == 0
+    assert retry.number == 1
 
 
 def test_plots_are_written(tmp_path):

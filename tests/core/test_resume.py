@@ -1,0 +1,93 @@
+"""A run interrupted at a checkpoint and resumed ends with the uninterrupted run's weights, bit for
+bit on CPU; its record says ``requeued`` while it waits, and its times add up over the attempts.
+
+Tiny models on 40 real SST-2 rows: 5 steps an epoch, checkpoints every 4 steps, 12 steps. The
+interruption comes at step 8, in the second epoch: the batches of that epoch are drawn at its
+start, which a resumed run never saw (the length-grouped sampler used the global RNG there)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from transformers import TrainerCallback
+
+from tiny_models import TINY_RUN
+
+
+class RequeueAt(TrainerCallback):
+    """What submitit's requeue does once the graceful callback saved a checkpoint: exit."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_save(self, args, state, control, **kwargs):
+        from kdbench.engine.resume import Requeued
+
+        if state.global_step == self.step:
+            raise Requeued(-1)
+
+
+def weights(run_dir: Path, which: str) -> dict[str, torch.Tensor]:
+    return load_file(str(next(run_dir.glob(f"stages/*/{which}/student/model.safetensors"))))
+
+
+def run(values: dict, output: Path, callbacks=()) -> Path:
+    from kdbench.config import build_run_config
+    from kdbench.engine import run_experiment
+
+    return run_experiment(build_run_config({**values, "output": str(output)}), callbacks=list(callbacks))
+
+
+def interrupted_then_resumed(values: dict, output: Path) -> tuple[Path, dict]:
+    from kdbench.engine.resume import Requeued
+
+    try:
+        run(values, output, [RequeueAt(8)])
+    except Requeued:
+        pass
+    else:
+        raise AssertionError("the run was not interrupted")
+    held = json.loads(next(output.glob("*/result.json")).read_text())
+    return run(values, output), held
+
+
+def test_resumed_run_is_bit_exact_requeued_while_held_and_its_times_add_up(tmp_path, tiny_models, shared_data,
+                                                                           monkeypatch):
+    monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
+    values = {**TINY_RUN, "method": "kd", "task": "sst2", "teacher": str(tiny_models["teacher"]),
+              "student": str(tiny_models["student"]), "max_steps": 12, "eval_steps": 4, "max_train_samples": 40}
+    straight = run(values, tmp_path / "straight")
+    resumed, held = interrupted_then_resumed(values, tmp_path / "resumed")
+
+    assert held["status"] == "requeued" and held["error"] == "Requeued: -1" and held["attempts"] == 1
+    for which in ("checkpoint-12", "final"):
+        a, b = weights(straight, which), weights(resumed, which)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), which
+    record = json.loads((resumed / "result.json").read_text())
+    stage = record["stages"][0]
+    assert record["status"] == "completed" and record["attempts"] == 2
+    assert stage["resumed_from"].endswith("checkpoint-8") and stage["steps"] == 12
+    assert stage["final_loss_terms"] == json.loads((straight / "result.json").read_text())["stages"][0]["final_loss_terms"]
+    attempts = json.loads((resumed / "attempts.json").read_text())["attempts"]
+    assert [a["ended"] for a in attempts] == ["requeued", "completed"]
+    assert record["train_seconds"] == round(sum(a["seconds"] for a in attempts), 2) > held["train_seconds"] > 0
+    at_checkpoint = json.loads(next(resumed.glob("stages/*/elapsed.json")).read_text())["8"]
+    assert stage["seconds"] > at_checkpoint > 0  # the stage's clock went on from the checkpoint's
+
+
+def test_without_the_epoch_seeded_sampler_the_resumed_run_trains_on_other_batches(tmp_path, tiny_models,
+                                                                                   shared_data, monkeypatch):
+    """The control: Trainer's own length-grouped sampler gives a different model after the resume."""
+    from kdbench.engine import trainer
+
+    monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
+    monkeypatch.setattr(trainer, "reproducible_sampler", lambda sampler, seed: sampler)
+    values = {**TINY_RUN, "method": "kd", "task": "sst2", "teacher": str(tiny_models["teacher"]),
+              "student": str(tiny_models["student"]), "max_steps": 12, "eval_steps": 4, "max_train_samples": 40}
+    straight = run(values, tmp_path / "straight")
+    resumed, _ = interrupted_then_resumed(values, tmp_path / "resumed")
+    a, b = weights(straight, "checkpoint-12"), weights(resumed, "checkpoint-12")
+    assert not all(torch.equal(a[k], b[k]) for k in a)

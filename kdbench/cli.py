@@ -36,6 +36,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "kdbench.bench",
     "kdbench.reproduce",
     "kdbench.disk",
+    "kdbench.model_card",
+    "kdbench.report",
 )
 
 

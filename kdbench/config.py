@@ -66,11 +66,15 @@ class TrainConfig:
     teacher_cache_budget_mb: float = 0.0  # disk allowed for hidden states / attention maps per cache entry
     checkpoint_minutes: float = 10.0  # also save a checkpoint after this much training time (0: only at evaluations)
     keep_checkpoints: str = "last"  # after a stage ends: last | none | all of its checkpoints stay on disk
+    # Experiment trackers (kdbench.tracking): none | all | tensorboard,wandb,mlflow,...; changes no result either.
+    report_to: str | list[str] = "none"
 
     def __post_init__(self) -> None:
         from kdbench.optimization import check_optimization_values
+        from kdbench.tracking import report_targets
 
         check_optimization_values(self, where="train")
+        report_targets(self.report_to)
         _require(self.max_steps == -1 or self.max_steps > 0, "train.max_steps", self.max_steps, "must be -1 or > 0")
         _require(self.batch_size > 0, "train.batch_size", self.batch_size, "must be > 0")
         _require(self.eval_batch_size > 0, "train.eval_batch_size", self.eval_batch_size, "must be > 0")
@@ -109,7 +113,8 @@ class DataConfig:
         return Path(chosen).expanduser() if chosen else None
 
 
-SPEED_ONLY_TRAIN_KEYS = ("compile", "teacher_cache", "teacher_cache_budget_mb", "checkpoint_minutes", "keep_checkpoints")
+SPEED_ONLY_TRAIN_KEYS = ("compile", "teacher_cache", "teacher_cache_budget_mb", "checkpoint_minutes", "keep_checkpoints",
+                         "report_to")
 STUDENT_INITS = ("auto", "random", "teacher", "pretrained")
 
 
@@ -182,6 +187,7 @@ STANDARD_KEYS: dict[str, str] = {
     "precision": "train.precision",
     "checkpoint_minutes": "train.checkpoint_minutes",
     "keep_checkpoints": "train.keep_checkpoints",
+    "report_to": "train.report_to",
     "max_train_samples": "data.max_train_samples",
     "max_eval_samples": "data.max_eval_samples",
     "data_dir": "data.data_dir",

@@ -36,11 +36,13 @@ from kdbench.engine.setup import prepare_run
 from kdbench.engine.trainer import DistillationTrainer, ResumeLogger, stage_optimization, training_arguments
 from kdbench.errors import DataError, TrainingOutOfMemoryError, is_out_of_memory
 from kdbench.method import Stage
+from kdbench.model_card import write_model_card
 from kdbench.records import (INTERRUPTED, RESULT_FILE, SCHEMA_VERSION, kdbench_revision, library_versions,
                              read_record, run_lock, write_json_atomic)
 from kdbench.registry import UnknownNameError
 from kdbench.students import count_parameters
 from kdbench.task import EncodedSplit, Task
+from kdbench.tracking import RunTracking
 
 log = logging.getLogger("kdbench")
 
@@ -119,6 +121,8 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback], fresh: boo
     try:
         outcome = _execute(plan, run_dir, callbacks, clock)
         record.update(outcome, status="completed", error=None)
+        if writer:
+            write_model_card(run_dir / "model", record)
     except KeyboardInterrupt:  # the user stopped it: not a failure of the method; re-running resumes
         clock.save(ended=INTERRUPTED)
         record.update(status=INTERRUPTED, error="interrupted (KeyboardInterrupt)",
@@ -158,6 +162,14 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback], fresh: boo
 
 def _execute(plan: RunPlan, run_dir: Path, callbacks: Sequence[TrainerCallback] = (),
              clock: RunClock | None = None) -> dict[str, Any]:
+    with RunTracking(plan.config, run_dir, writer=is_main_process()) as tracking:
+        outcome = _execute_stages(plan, run_dir, callbacks, clock, tracking)
+        tracking.log_result(outcome)
+        return outcome
+
+
+def _execute_stages(plan: RunPlan, run_dir: Path, callbacks: Sequence[TrainerCallback], clock: RunClock | None,
+                    tracking: RunTracking) -> dict[str, Any]:
     config, task = plan.config, plan.task
     prepared = prepare_run(plan, training_device())
     data, teacher, distillation = prepared.data, prepared.teacher, prepared.distillation
@@ -166,7 +178,8 @@ def _execute(plan: RunPlan, run_dir: Path, callbacks: Sequence[TrainerCallback] 
     for index, stage in enumerate(distillation.stages):
         stage_results.append(_run_stage(index, stage, distillation.module, teacher, distillation.teacher_order, task,
                                         prepared.train_dataset, data.eval_splits, data.tokenizer, config, run_dir,
-                                        callbacks, prepared.teacher_cache, clock))
+                                        [*callbacks, *tracking.stage_callbacks(index, stage.name)],
+                                        prepared.teacher_cache, clock))
 
     eval_splits = data.eval_splits
     metrics = evaluate_student(student, task, eval_splits, data.tokenizer, config.train.eval_batch_size) if eval_splits else {}

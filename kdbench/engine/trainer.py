@@ -23,6 +23,7 @@ from kdbench.lamb import Lamb
 from kdbench.method import ParamGroup, Stage, all_parameters
 from kdbench.optimization import ResolvedOptimization, mobilebert_phase_factor, resolve_stage
 from kdbench.task import EncodedSplit, Task
+from kdbench.tracking import trainer_report_to
 
 log = logging.getLogger("kdbench")
 
@@ -268,7 +269,8 @@ def training_arguments(config: RunConfig, stage: Stage, folder: Path, main_metri
         seed=train.seed,
         bf16=precision == "bf16",
         fp16=precision == "fp16",
-        report_to="none",
+        report_to=trainer_report_to(train.report_to),  # TensorBoard: kdbench.tracking.RunTracking
+        run_name=f"{folder.parent.parent.name}/{folder.name}",  # <run>/<index>-<stage>
         remove_unused_columns=False,
         dataloader_num_workers=train.dataloader_workers,
         dataloader_pin_memory=torch.cuda.is_available(),

@@ -62,6 +62,7 @@ figcaption { font-size: .8rem; color: #444; max-width: 640px; }
 img { max-width: 100%; border: 1px solid #eee; }
 pre { background: #f6f6f8; padding: .5rem; overflow-x: auto; font-size: .8rem; white-space: pre-wrap; }
 .empty { color: #777; font-style: italic; }
+table.failures td, table.runs td:nth-child(-n+5) { text-align: left; }
 """
 
 
@@ -273,8 +274,12 @@ def _main_metric(task: str) -> str | None:
         return None
 
 
+def _teacher_only(select: Sequence[Mapping[str, Any]]) -> bool:
+    return bool(select) and all(set(alternative) == {"role"} for alternative in select)
+
+
 def tables_section(records: list[dict[str, Any]], names: Sequence[str] | None) -> str:
-    """The paper tables with at least one matched run (or ``names``), and the cross-method table."""
+    """The paper tables with at least one student run on a row (or ``names``), and the cross-method table."""
     import pandas as pd
 
     from kdbench import tables
@@ -295,7 +300,9 @@ def tables_section(records: list[dict[str, Any]], names: Sequence[str] | None) -
             except tables.TableError as error:  # e.g. a run two rows claim: said on the page
                 problems.append(f"{name}: {error}")
                 continue
-            if any(by_row.values()):
+            # A teacher fills the teacher row of nearly every table: a table is shown when a student lands on it.
+            student_rows = {row.key for row in spec.rows if not _teacher_only(row.select)}
+            if any(indices for key, indices in by_row.items() if key in student_rows):
                 chosen.append(name)
         if (frame["status"] == "completed").any():
             chosen.append("cross-method")

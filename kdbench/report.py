@@ -4,7 +4,7 @@ A page puts side by side what the other commands print one by one:
 
 - the paper tables whose rows the runs fill (published beside measured, :mod:`kdbench.tables`),
   and the cross-method table;
-- score against cost per task (parameters, FLOPs; :mod:`kdbench.plots`);
+- score against cost per task (FLOPs, parameters; :mod:`kdbench.plots`);
 - every run: method, task, student, status, dev metrics, time;
 - each run's loss curves, one panel per stage, one line per loss term, the dev score on the right
   axis, read from ``RUN/loss_terms.jsonl`` or, for runs written before it existed, from the
@@ -329,8 +329,9 @@ def tradeoffs_section(records: list[dict[str, Any]]) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         figures = [path for path in plot_tradeoffs(points, tmp) if path.suffix == ".png"]
         return "\n".join(f"<figure>{_img(p.read_bytes(), f'score vs cost: {p.stem}')}"
-                         f"<figcaption>{_e(p.stem)}: dev score against parameters (FLOPs and latency: "
-                         "<code>kdbench plot</code>); red rings mark the Pareto front</figcaption></figure>"
+                         f"<figcaption>{_e(p.stem)}: dev score against cost, as <code>kdbench plot</code> draws it "
+                         "(latency only with <code>kdbench plot --latency</code>); red rings mark the Pareto front"
+                         "</figcaption></figure>"
                          for p in figures)
 
 

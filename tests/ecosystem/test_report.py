@@ -126,7 +126,7 @@ def test_loss_curves_come_from_loss_terms_jsonl_else_from_checkpoints(tmp_path):
 
 
 def test_a_folder_of_runs_becomes_one_page_with_tables_plots_curves_and_failures(tmp_path, capsys):
-    runs = _runs(tmp_path / "runs")
+    _runs(tmp_path / "runs")
     assert main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "report")]) == 0
     written = capsys.readouterr().out.split()
     assert written == [str(tmp_path / "report" / "index.html"), str(tmp_path / "report" / "runs-runs.html")]

@@ -272,12 +272,12 @@ def expand(spec: dict[str, Any], output: str | os.PathLike[str] | None = None) -
             raise SweepError(f"cells: must be a list of mappings, got {cells!r}")
         for index, cell in enumerate(cells):
             cell = _mapping(cell, f"cells[{index}]")
-            name = cell.pop("name", None)  # a cell's name in the sweep; several cells may share a row label
+            given_name = cell.pop("name", None)  # the cell's name in the sweep; several cells may share a row label
             values = {**defaults, **cell}
             for required in ("method", "task"):
                 if required not in values:
                     raise SweepError(f"cells[{index}]: missing {required!r}")
-            cell_name = str(name or cell.get("label") or f"cell{index}")
+            cell_name = str(given_name or cell.get("label") or f"cell{index}")
             _add_cell(resolver, cell_name, values, {"task": values["task"], "seed": values.get("seed")},
                       f"cells[{index}]")
     return Sweep(name, out, resolver.runs)

@@ -124,3 +124,16 @@ def test_dry_run_lists_every_run_and_submits_nothing(tmp_path, capsys):
     assert code == 0
     assert out.count("todo") == 10 and "kd-sst2-s2 <- finetune-teacher-sst2" in out
     assert not (tmp_path / "out" / "sweep.json").exists()
+
+
+def test_named_cells_sharing_a_row_label_keep_the_sweep_name():
+    """Cells may carry a `name` distinct from their table-row `label` (tasks x seeds of one row);
+    naming a cell must not rename the sweep."""
+    from kdbench.sweep import expand
+
+    sweep = expand({"name": "study", "output": "/tmp/unused",
+                    "cells": [{"name": f"kd-s{seed}", "label": "kd", "method": "finetune", "task": "sst2",
+                               "student": "bert-base-uncased", "seed": seed} for seed in (1, 2)]})
+    assert sweep.name == "study"
+    assert list(sweep.runs) == ["kd-s1", "kd-s2"]
+    assert {run.values["label"] for run in sweep.runs.values()} == {"kd"}

@@ -40,7 +40,7 @@ def test_profile_errors_name_the_problem(tmp_path):
         launch.load_profile(str(tmp_path / "missing.yaml"))
 
 
-def test_executors(tmp_path):
+def test_executors(tmp_path, srun_on_path):
     assert isinstance(launch.make_executor("debug", tmp_path), submitit.DebugExecutor)
     local = launch.make_executor("local", tmp_path, "local")
     assert isinstance(local, submitit.LocalExecutor)
@@ -118,7 +118,7 @@ def test_graceful_requeue_outside_training_hands_over_at_once():
         signal.signal(signal.SIGUSR2, previous)
 
 
-def test_multinode_profile_renders_to_the_sbatch_options_it_promises(tmp_path):
+def test_multinode_profile_renders_to_the_sbatch_options_it_promises(tmp_path, srun_on_path):
     """slurm/example-multinode.yaml through submitit's own sbatch writer, as a 10-cell sweep array."""
     from submitit.slurm.slurm import _make_sbatch_string
 

@@ -22,14 +22,10 @@ from typing import Any
 
 import yaml
 
-from kdbench.constraints import check_fields, constrained
+from kdbench.constraints import ConfigError, check_fields, constrained
 from kdbench.optimization import OPTIMIZERS, SCHEDULES
 from kdbench.fingerprint import canonical_path, is_path_like
 from kdbench.pretrained import resolve_model_name
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the field and the bad value."""
 
 
 KEEP_CHECKPOINTS = ("last", "none", "all")

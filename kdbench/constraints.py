@@ -6,7 +6,7 @@ and :func:`kdbench.config.from_mapping`, which builds every such dataclass from 
 it (:func:`check_fields`). A rule that involves several fields lives in the dataclass's
 ``check_combination(self)`` method, which ``from_mapping`` calls after the field constraints.
 
-A violated constraint is a :class:`~kdbench.config.ConfigError` of one line naming the field and
+A violated constraint is a :class:`ConfigError` of one line naming the field and
 the bad value: ``train.lr: must be > 0, got -1.0``.
 """
 
@@ -16,6 +16,13 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field and the bad value.
+
+    Defined here (the bottom of the import graph) and re-exported by :mod:`kdbench.config`."""
+
 
 CONSTRAINT_KEY = "kdbench.constraint"
 COMBINATION_HOOK = "check_combination"
@@ -76,8 +83,6 @@ class Constraint:
 
     def check(self, value: Any, name: str) -> None:
         """Raise ConfigError naming ``name`` and the bad value (an item of a list, with the list)."""
-        from kdbench.config import ConfigError
-
         items = value if isinstance(value, (list, tuple)) else [value]
         for item in items:
             if not self.accepts(item):

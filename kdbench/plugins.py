@@ -28,8 +28,29 @@ def _discover_tables(registry: Registry[Any]) -> None:
         registry.register_loader(name, partial(load_spec, name), str(path))
 
 
+def _load_task_spec(name: str, path: str) -> Task:
+    from kdbench.config import ConfigError
+    from kdbench.tasks.classification import ClassificationTask
+
+    task = ClassificationTask.from_yaml(path)
+    if task.spec.name != name:
+        raise ConfigError(f"task spec {path!r}: name {task.spec.name!r} differs from the file name {name!r}")
+    return task
+
+
+def _discover_task_specs(registry: Registry[Any]) -> None:
+    """Classification tasks declared as data: one per spec file ``results/tasks/<name>.yaml``."""
+    from functools import partial
+    from pathlib import Path
+
+    import kdbench.results
+
+    for path in sorted((Path(kdbench.results.__file__).resolve().parent / "tasks").glob("*.yaml")):
+        registry.register_loader(path.stem, partial(_load_task_spec, path.stem, str(path)), str(path))
+
+
 METHODS: Registry[type[Method]] = Registry("method", "kdbench.methods")
-TASKS: Registry[Task] = Registry("task", "kdbench.tasks")
+TASKS: Registry[Task] = Registry("task", "kdbench.tasks", discover=_discover_task_specs)
 STUDENTS: Registry[Any] = Registry("student preset", "kdbench.students")
 TABLES: Registry[Any] = Registry("table", "kdbench.tables", discover=_discover_tables)
 

@@ -164,7 +164,7 @@ def build_student_with_init(plan: RunPlan, teacher: PreTrainedModel | None,
                                if teacher is not None or config.student_init_from else ("random", "no teacher"))
         init = StudentInit(kind, chosen_by)
         if kind == "teacher":
-            source, role = teacher, "teacher"
+            source, role = teacher, config.teacher
             if config.student_init_from:
                 source = load_model(config.student_init_from, spec.head, spec,
                                     trust_remote_code=config.trust_remote_code, role="student_init_from")

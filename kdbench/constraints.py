@@ -1,10 +1,11 @@
 """Declared value constraints of typed configuration fields.
 
 One mechanism validates run configs, method parameters, table specs and sweep specs alike: a
-dataclass field declares its constraint in its metadata (:func:`constrained`, :func:`loss_weight`, :func:`softmax_temperature`)
-and :func:`kdbench.config.from_mapping`, which builds every such dataclass from user input, enforces
-it (:func:`check_fields`). A rule that involves several fields lives in the dataclass's
-``check_combination(self)`` method, which ``from_mapping`` calls after the field constraints.
+dataclass field declares its constraint in its metadata (:func:`constrained`, :func:`loss_weight`,
+:func:`softmax_temperature`), and :func:`kdbench.config.from_mapping`, which builds every such
+dataclass from user input, enforces it (:func:`check_fields`). A rule that involves several fields
+lives in the dataclass's ``check_combination(self)`` method, which ``from_mapping`` calls after the
+field constraints.
 
 A violated constraint is a :class:`ConfigError` of one line naming the field and
 the bad value: ``train.lr: must be > 0, got -1.0``.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from kdbench.tables.specs import RowSpec, TableError, TableSpec, published_dir
@@ -12,7 +12,7 @@ PUBLISHED_COLUMNS = ("paper", "table", "model", "setting", "task", "metric", "sp
                      "uncertain", "source", "note")
 
 
-@lru_cache(maxsize=None)
+@cache
 def read_published(file_name: str):
     import pandas as pd
 

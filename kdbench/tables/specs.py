@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -210,7 +210,7 @@ def spec_from_mapping(data: Any, source: str) -> TableSpec | CrossMethodSpec:
         raise TableError(f"{source}: {str(error).removeprefix(': ')}") from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_spec(name_or_path: str) -> TableSpec | CrossMethodSpec:
     """A spec by table name (``results/tables/<name>.yaml``) or by YAML file path."""
     path = Path(name_or_path)

@@ -37,7 +37,7 @@ def test_the_readme_method_runs_as_written(monkeypatch):
     (code,) = readme_blocks("Adding a method", "python")
     module = types.ModuleType("readme_method")
     monkeypatch.setitem(sys.modules, "readme_method", module)  # dataclasses look their module up
-    exec(compile(code, "README:Adding a method", "exec"), module.__dict__)  # noqa: S102 - our own README
+    exec(compile(code, "README:Adding a method", "exec"), module.__dict__)
     method_cls = module.CosineCLS
     with pytest.raises(ConfigError, match=r"method cosine-cls: weight: must be >= 0, got -1.0 \(a loss weight\)"):
         method_cls.from_overrides({"weight": "-1"})
@@ -46,7 +46,8 @@ def test_the_readme_method_runs_as_written(monkeypatch):
 
     from kdbench.plugins import TASKS
 
-    student, teacher = BertConfig(hidden_size=8, num_attention_heads=2), BertConfig(hidden_size=12, num_attention_heads=2)
+    student = BertConfig(hidden_size=8, num_attention_heads=2)
+    teacher = BertConfig(hidden_size=12, num_attention_heads=2)
     context = api.MethodContext(task=TASKS.get("sst2").spec, student_config=student, teacher_config=teacher,
                                 run=build_run_config({"method": "kd", "task": "sst2", "student": "s"}))
     extras = method.extra_modules(context)

@@ -102,5 +102,5 @@ def test_imdb_is_shipped_as_a_spec_and_offline_says_what_to_do(tokenizer, monkey
     assert (imdb.task_spec.hub_path, imdb.task_spec.dev_split, imdb.spec.label_names) == \
         ("stanfordnlp/imdb", "test", ("neg", "pos"))
     monkeypatch.delenv("KDBENCH_DATA_DIR", raising=False)
-    with pytest.raises(DataError, match="could not load the Hub dataset 'stanfordnlp/imdb'.*give train_file="):
+    with pytest.raises(DataError, match=r"could not load the Hub dataset 'stanfordnlp/imdb'.*give train_file="):
         imdb.encode_train(tokenizer, run_config())

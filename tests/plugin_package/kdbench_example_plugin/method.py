@@ -8,8 +8,7 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 from torch import nn
 
-from kdbench.api import (HIDDEN, FloatRange, HeadType, Method, MethodContext, Stage, constrained, loss_weight,
-                         task_loss)
+from kdbench.api import HIDDEN, FloatRange, HeadType, Method, MethodContext, Stage, constrained, loss_weight, task_loss
 
 PROJECTION = "cls_projection"
 

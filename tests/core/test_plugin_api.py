@@ -3,9 +3,9 @@ heads checked at planning, extras passed into the loss, MLM masking in the core.
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -33,11 +33,12 @@ def test_every_api_name_resolves_and_the_readme_imports_only_from_it():
     assert kdbench_imports and set(kdbench_imports) == {"kdbench.api"}
 
 
-def test_the_readme_method_runs_as_written(monkeypatch):
+def test_the_readme_method_runs_as_written(monkeypatch, tmp_path):
     (code,) = readme_blocks("Adding a method", "python")
-    module = types.ModuleType("readme_method")
-    monkeypatch.setitem(sys.modules, "readme_method", module)  # dataclasses look their module up
-    exec(compile(code, "README:Adding a method", "exec"), module.__dict__)
+    (tmp_path / "readme_method.py").write_text(code)  # imported as a module, as a plug-in would be
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "readme_method", raising=False)
+    module = importlib.import_module("readme_method")
     method_cls = module.CosineCLS
     with pytest.raises(ConfigError, match=r"method cosine-cls: weight: must be >= 0, got -1.0 \(a loss weight\)"):
         method_cls.from_overrides({"weight": "-1"})

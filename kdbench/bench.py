@@ -281,7 +281,7 @@ def _floor_run(setup: Setup, stage: Any, module: Any, teacher_order: Any, batche
                     if teacher_order is not None and teacher_features.logits is not None:
                         teacher_features.logits = teacher_features.logits[:, teacher_order]
                 student_features = student_capture.collect(module.student(**inputs))
-                terms = stage.loss(batch, student_features, teacher_features)
+                terms = stage.compute(batch, student_features, teacher_features, module.extras)
                 loss = torch.stack([value.float() for value in terms.values()]).sum()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)

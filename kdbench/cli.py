@@ -60,25 +60,33 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 # -- list -------------------------------------------------------------------------------------
 def cmd_list(args: argparse.Namespace) -> int:
+    import warnings
+
     from kdbench.plugins import METHODS, STUDENTS, TABLES, TASKS
 
     def also(registry: Any, name: str) -> str:  # the aliases errors may suggest, so users can find them here
         aliases = registry.aliases(name)
         return f"\t(also: {', '.join(aliases)})" if aliases else ""
 
-    if args.what == "methods":
-        for name in METHODS.names():
-            print(f"{name}\t{getattr(METHODS.get(name), 'description', '')}{also(METHODS, name)}")
-    elif args.what == "tasks":
-        for name in TASKS.names():
-            spec = TASKS.get(name).spec
-            print(f"{name}\t{spec.head.value}\t{spec.main_metric}{also(TASKS, name)}")
-    elif args.what == "students":
-        for name in STUDENTS.names():
-            print(f"{name}\t{STUDENTS.get(name).description}{also(STUDENTS, name)}")
-    elif args.what == "tables":
-        for name in TABLES.names():
-            print(f"{name}\t{getattr(TABLES.get(name), 'description', '')}{also(TABLES, name)}")
+    with warnings.catch_warnings(record=True) as skipped:
+        warnings.simplefilter("always")
+        if args.what == "methods":  # name, heads, what student_init=auto means, description
+            for name, method in METHODS.loadable_items():
+                heads = ",".join(h.value for h in getattr(method, "heads", ()))
+                init = getattr(method, "default_student_init", "?")
+                print(f"{name}\t{heads}\tdefault student_init={init}\t{getattr(method, 'description', '')}"
+                      f"{also(METHODS, name)}")
+        elif args.what == "tasks":
+            for name, task in TASKS.loadable_items():
+                print(f"{name}\t{task.spec.head.value}\t{task.spec.main_metric}{also(TASKS, name)}")
+        elif args.what == "students":
+            for name, preset in STUDENTS.loadable_items():
+                print(f"{name}\t{preset.description}{also(STUDENTS, name)}")
+        elif args.what == "tables":
+            for name, spec in TABLES.loadable_items():
+                print(f"{name}\t{getattr(spec, 'description', '')}{also(TABLES, name)}")
+    for warning in skipped:
+        print(f"kdbench: warning: {warning.message}", file=sys.stderr)
     return 0
 
 

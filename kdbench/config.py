@@ -22,15 +22,17 @@ from typing import Any
 
 import yaml
 
+from kdbench.constraints import ConfigError, check_fields, constrained
+from kdbench.optimization import OPTIMIZERS, SCHEDULES
 from kdbench.fingerprint import canonical_path, is_path_like
 from kdbench.pretrained import resolve_model_name
 
 
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the field and the bad value."""
-
-
 KEEP_CHECKPOINTS = ("last", "none", "all")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+BAD_ROW_POLICIES = ("error", "skip")
+STUDENT_INITS = ("auto", "random", "teacher", "pretrained")
+STUDENT_LAYER_CHOICES = ("auto", "bottom", "every-other")
 
 
 @dataclass
@@ -38,75 +40,54 @@ class TrainConfig:
     # Optimisation fields left None take the stage's declaration (the method's official values),
     # else kdbench's generic default (kdbench.optimization.GENERIC: 3 epochs, AdamW lr 5e-5, linear
     # schedule, warm-up 0.1, weight decay 0.01, clipping 1.0); a value given here wins for every stage.
-    epochs: float | None = None
-    max_steps: int = -1
-    batch_size: int = 32
-    eval_batch_size: int = 64
-    lr: float | None = None
-    weight_decay: float | None = None
-    warmup_ratio: float | None = None
-    optimizer: str | None = None  # adamw | lamb
-    lr_schedule: str | None = None  # linear | constant | mobilebert-phase
-    adam_beta1: float | None = None
-    adam_beta2: float | None = None
-    adam_epsilon: float | None = None
-    max_grad_norm: float | None = None
-    grad_accum: int = 1
-    max_seq_length: int = 128
+    epochs: float | None = constrained(None, gt=0)
+    max_steps: int = constrained(-1, gt=0, allow=(-1,))
+    batch_size: int = constrained(32, gt=0)
+    eval_batch_size: int = constrained(64, gt=0)
+    lr: float | None = constrained(None, gt=0)
+    weight_decay: float | None = constrained(None, ge=0)
+    warmup_ratio: float | None = constrained(None, ge=0, lt=1)
+    optimizer: str | None = constrained(None, choices=OPTIMIZERS)
+    lr_schedule: str | None = constrained(None, choices=SCHEDULES)
+    adam_beta1: float | None = constrained(None, ge=0, lt=1)
+    adam_beta2: float | None = constrained(None, ge=0, lt=1)
+    adam_epsilon: float | None = constrained(None, gt=0)
+    max_grad_norm: float | None = constrained(None, ge=0)  # 0: no clipping
+    grad_accum: int = constrained(1, gt=0)
+    max_seq_length: int = constrained(128, ge=8, le=8192)
     seed: int = 42
-    eval_steps: int | None = None  # None: evaluate at the end of every epoch
-    logging_steps: int = 50
-    precision: str = "auto"  # auto | fp32 | bf16 | fp16
-    save_total_limit: int = 2
+    eval_steps: int | None = constrained(None, gt=0)  # None: evaluate at the end of every epoch
+    logging_steps: int = constrained(50, gt=0)
+    precision: str = constrained("auto", choices=PRECISIONS)
+    save_total_limit: int = constrained(2, ge=1)
     group_by_length: bool = True
-    dataloader_workers: int = 0
+    dataloader_workers: int = constrained(0, ge=0)
     # Speed-only options (they change no result, so they stay out of the run's identity hash):
     compile: bool = False  # torch.compile the student and teacher (GPU)
     teacher_cache: bool = True  # read teacher outputs from the on-disk cache (kdbench.cache)
-    teacher_cache_budget_mb: float = 0.0  # disk allowed for hidden states / attention maps per cache entry
-    checkpoint_minutes: float = 10.0  # also save a checkpoint after this much training time (0: only at evaluations)
-    keep_checkpoints: str = "last"  # after a stage ends: last | none | all of its checkpoints stay on disk
+    teacher_cache_budget_mb: float = constrained(0.0, ge=0)  # disk allowed for hidden states / attention maps per cache entry
+    # also save a checkpoint after this much training time (0: only at evaluations)
+    checkpoint_minutes: float = constrained(10.0, ge=0)
+    # after a stage ends: last | none | all of its checkpoints stay on disk
+    keep_checkpoints: str = constrained("last", choices=KEEP_CHECKPOINTS)
     # Experiment trackers (kdbench.tracking): none | all | tensorboard,wandb,mlflow,...; changes no result either.
     report_to: str | list[str] = "none"
 
-    def __post_init__(self) -> None:
-        from kdbench.optimization import check_optimization_values
+    def check_combination(self) -> None:
         from kdbench.tracking import report_targets
 
-        check_optimization_values(self, where="train")
-        report_targets(self.report_to)
-        _require(self.max_steps == -1 or self.max_steps > 0, "train.max_steps", self.max_steps, "must be -1 or > 0")
-        _require(self.batch_size > 0, "train.batch_size", self.batch_size, "must be > 0")
-        _require(self.eval_batch_size > 0, "train.eval_batch_size", self.eval_batch_size, "must be > 0")
-        _require(self.grad_accum > 0, "train.grad_accum", self.grad_accum, "must be > 0")
-        _require(8 <= self.max_seq_length <= 8192, "train.max_seq_length", self.max_seq_length, "must be in [8, 8192]")
-        _require(self.eval_steps is None or self.eval_steps > 0, "train.eval_steps", self.eval_steps, "must be > 0")
-        _require(self.logging_steps > 0, "train.logging_steps", self.logging_steps, "must be > 0")
-        _require(self.precision in ("auto", "fp32", "bf16", "fp16"), "train.precision", self.precision,
-                 "must be one of auto, fp32, bf16, fp16")
-        _require(self.save_total_limit >= 1, "train.save_total_limit", self.save_total_limit, "must be >= 1")
-        _require(self.teacher_cache_budget_mb >= 0, "train.teacher_cache_budget_mb", self.teacher_cache_budget_mb,
-                 "must be >= 0")
-        _require(self.checkpoint_minutes >= 0, "train.checkpoint_minutes", self.checkpoint_minutes, "must be >= 0")
-        _require(self.keep_checkpoints in KEEP_CHECKPOINTS, "train.keep_checkpoints", self.keep_checkpoints,
-                 f"must be one of {', '.join(KEEP_CHECKPOINTS)}")
+        report_targets(self.report_to)  # an unknown or uninstalled tracker is a one-line error
 
 
 @dataclass
 class DataConfig:
     data_dir: str | None = None  # None: $KDBENCH_DATA_DIR, then the Hugging Face Hub
-    max_train_samples: int | None = None
-    max_eval_samples: int | None = None
-    on_bad_row: str = "error"  # error | skip (skipped rows are counted in the result record)
+    max_train_samples: int | None = constrained(None, gt=0)
+    max_eval_samples: int | None = constrained(None, gt=0)
+    on_bad_row: str = constrained("error", choices=BAD_ROW_POLICIES)  # skipped rows are counted in the record
     train_file: str | None = None  # explicit files override the data_dir layout
     dev_file: str | None = None
     corpus: str | None = None  # plain-text corpus for general (pre-training) distillation
-
-    def __post_init__(self) -> None:
-        for name in ("max_train_samples", "max_eval_samples"):
-            value = getattr(self, name)
-            _require(value is None or value > 0, f"data.{name}", value, "must be > 0")
-        _require(self.on_bad_row in ("error", "skip"), "data.on_bad_row", self.on_bad_row, "must be 'error' or 'skip'")
 
     def resolved_data_dir(self) -> Path | None:
         chosen = self.data_dir or os.environ.get("KDBENCH_DATA_DIR")
@@ -115,18 +96,21 @@ class DataConfig:
 
 SPEED_ONLY_TRAIN_KEYS = ("compile", "teacher_cache", "teacher_cache_budget_mb", "checkpoint_minutes", "keep_checkpoints",
                          "report_to")
-STUDENT_INITS = ("auto", "random", "teacher", "pretrained")
 
 
 @dataclass
 class RunConfig:
-    method: str
-    task: str
-    student: str
+    method: str = constrained(non_empty=True)
+    task: str = constrained(non_empty=True)
+    student: str = constrained(non_empty=True)
     teacher: str | None = None
     tokenizer: str | None = None  # default: the teacher's, else the student's
-    student_init: str = "auto"  # auto | random | teacher (copy teacher layers) | pretrained
-    student_layers: str | list[int] = "auto"  # auto | bottom | every-other | explicit 0-based list
+    # auto | random | teacher (copy teacher layers) | pretrained
+    student_init: str = constrained("auto", choices=STUDENT_INITS)
+    # auto | bottom | every-other | explicit 0-based list
+    student_layers: str | list[int] = constrained(
+        "auto", choices=STUDENT_LAYER_CHOICES, ge=0,
+        rule="must be auto, bottom, every-other or a list of non-negative teacher layer indices")
     # Copy the student's layers from this model instead of the teacher (Hub id, folder or alias): BERT-PKD
     # and DistilBERT start their students from the pre-trained, not the fine-tuned, BERT.
     student_init_from: str | None = None
@@ -136,19 +120,6 @@ class RunConfig:
     output: str = "runs"
     label: str | None = None  # free-form row label used by tables and sweeps
     trust_remote_code: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("method", "task", "student"):
-            _require(isinstance(getattr(self, name), str) and getattr(self, name).strip() != "",
-                     name, getattr(self, name), "must be a non-empty string")
-        _require(self.student_init in STUDENT_INITS, "student_init", self.student_init,
-                 f"must be one of {', '.join(STUDENT_INITS)}")
-        if isinstance(self.student_layers, str):
-            _require(self.student_layers in ("auto", "bottom", "every-other"), "student_layers",
-                     self.student_layers, "must be auto, bottom, every-other or a list of teacher layer indices")
-        else:
-            _require(all(isinstance(i, int) and i >= 0 for i in self.student_layers), "student_layers",
-                     self.student_layers, "must hold non-negative integers")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -308,9 +279,11 @@ def canonical_data_paths(data: DataConfig) -> DataConfig:
 
 
 def from_mapping(cls: type, values: dict[str, Any], *, where: str) -> Any:
-    """Instantiate dataclass ``cls`` from ``values``, converting text to each field's type.
+    """Instantiate dataclass ``cls`` from ``values``, converting text to each field's type, and
+    enforce the fields' declared constraints (:mod:`kdbench.constraints`).
 
-    Unknown keys are an error that names them and the closest valid field.
+    Unknown keys, missing required fields and violated constraints are errors that name the key and
+    the value (for an unknown key, also the closest valid field).
     """
     import difflib
 
@@ -325,10 +298,16 @@ def from_mapping(cls: type, values: dict[str, Any], *, where: str) -> Any:
             valid = ", ".join(sorted(fields))
             raise ConfigError(f"unknown key {prefix}{key}={value!r}{hint} (valid: {valid})")
         kwargs[key] = coerce(value, hints[key], f"{prefix}{key}")
+    missing = [name for name, f in fields.items() if f.init and name not in kwargs
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"{prefix}{missing[0]}: missing")
     try:
-        return cls(**kwargs)
+        instance = cls(**kwargs)
     except TypeError as error:
         raise ConfigError(f"{where or 'config'}: {error}") from None
+    check_fields(instance, where)
+    return instance
 
 
 def coerce(value: Any, hint: Any, name: str) -> Any:
@@ -406,11 +385,6 @@ def _parse_text(text: str) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError:
         return text
-
-
-def _require(condition: bool, name: str, value: Any, rule: str) -> None:
-    if not condition:
-        raise ConfigError(f"{name}: {rule}, got {value!r}")
 
 
 def save_config(config: RunConfig, path: Path) -> None:

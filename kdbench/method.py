@@ -20,12 +20,16 @@ from kdbench.config import ConfigError, RunConfig, from_mapping
 from kdbench.features import NO_FEATURES, FeatureRequest, Features
 from kdbench.optimization import Optimization
 from kdbench.search_space import SearchSpace
-from kdbench.task import TaskSpec
+from kdbench.task import HeadType, TaskSpec
 
 Batch = Mapping[str, Tensor]
 # A stage loss returns named terms, each already weighted; the engine optimises their sum and logs
 # every term by name (so a NaN can be traced to the term that produced it).
 LossFn = Callable[[Batch, Features, Features | None], dict[str, Tensor]]
+# The loss of a stage with ``uses_extras=True``: also given the method's extra modules (the
+# ``nn.ModuleDict`` that :meth:`Method.extra_modules` built, trained and checkpointed with the student).
+LossWithExtrasFn = Callable[[Batch, Features, Features | None, nn.ModuleDict], dict[str, Tensor]]
+ALL_HEADS: tuple[HeadType, ...] = tuple(HeadType)
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ class Stage:
     """
 
     name: str
-    loss: LossFn
+    loss: LossFn | LossWithExtrasFn
     student_features: FeatureRequest = NO_FEATURES
     teacher_features: FeatureRequest = NO_FEATURES
     uses_teacher: bool = True
@@ -66,6 +70,16 @@ class Stage:
     # distillation). Pure: takes the collated batch, returns a new mapping; may use torch's RNG,
     # which the engine seeds.
     prepare_batch: Callable[[Batch], Batch] | None = None
+    # True: ``loss`` takes the method's extra modules as a fourth argument (projections live there,
+    # not on the method object, so the loss reads exactly the modules the engine trains).
+    uses_extras: bool = False
+
+    def compute(self, batch: Batch, student: Features, teacher: Features | None,
+                extras: nn.ModuleDict) -> dict[str, Tensor]:
+        """The stage's loss terms; ``extras`` reach the loss when the stage ``uses_extras``."""
+        if self.uses_extras:
+            return self.loss(batch, student, teacher, extras)  # type: ignore[call-arg]
+        return self.loss(batch, student, teacher)  # type: ignore[call-arg]
 
 
 @dataclass(frozen=True)
@@ -85,14 +99,25 @@ class NoParams:
 
 class Method:
     """Base class of distillation methods. Subclasses set ``name`` and ``Params`` and implement
-    :meth:`stages`; they may override :meth:`extra_modules`, :meth:`validate` and
-    :meth:`search_space`."""
+    :meth:`stages`; they may override :meth:`extra_modules`, :meth:`validate`,
+    :meth:`initialize_student`, :meth:`supported_heads` and :meth:`search_space`.
+
+    ``Params`` is a dataclass whose fields declare their constraints
+    (:func:`kdbench.constraints.constrained`, :func:`~kdbench.constraints.loss_weight`); rules over
+    several fields go in its ``check_combination()``. Both run when the method is built from a run's
+    parameters, before anything is loaded.
+    """
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
     Params: ClassVar[type] = NoParams
     requires_teacher: ClassVar[bool] = True
-    # How a preset student is initialised when the run says student_init=auto.
+    # The task heads the method can train; a run on another head fails at planning, before any model loads.
+    heads: ClassVar[tuple[HeadType, ...]] = ALL_HEADS
+    # For a head the method does not train: the method to use instead (named in the error).
+    instead_for_head: ClassVar[Mapping[HeadType, str]] = {}
+    # How a preset student is initialised when the run says student_init=auto (and a teacher is given):
+    # random | teacher (copy the teacher layers named by default_student_layers).
     default_student_init: ClassVar[str] = "random"
     default_student_layers: ClassVar[str] = "bottom"
 
@@ -103,10 +128,9 @@ class Method:
     def from_overrides(cls, values: Mapping[str, Any]) -> Method:
         """Build the method from raw ``method_params`` (text or typed); unknown names are errors."""
         try:
-            params = from_mapping(cls.Params, dict(values), where=f"{cls.name} parameter")
+            params = from_mapping(cls.Params, dict(values), where="")
         except ConfigError as error:
             raise ConfigError(f"method {cls.name}: {error}") from None
-        check_param_signs(cls.name, params)
         return cls(params)
 
     def params_dict(self) -> dict[str, Any]:
@@ -114,6 +138,19 @@ class Method:
 
     def search_space(self) -> SearchSpace:
         return {}
+
+    def supported_heads(self) -> tuple[HeadType, ...]:
+        """The task heads this configured method trains (default: the class's ``heads``)."""
+        return self.heads
+
+    def check_head(self, task: TaskSpec) -> None:
+        """Raise ConfigError when the method cannot train ``task``'s head (called by planning)."""
+        supported = self.supported_heads()
+        if task.head not in supported:
+            instead = self.instead_for_head.get(task.head)
+            hint = f"; use method {instead!r}" if instead else ""
+            raise ConfigError(f"method {self.name} does not support task {task.name!r} (head {task.head.value}); "
+                              f"it trains {', '.join(h.value for h in supported)} heads{hint}")
 
     def validate(self, context: MethodContext) -> None:
         """Raise ConfigError before training when teacher/student/task cannot work together."""
@@ -124,42 +161,12 @@ class Method:
         :meth:`extra_modules`. No-op by default."""
 
     def extra_modules(self, context: MethodContext) -> nn.ModuleDict:
-        """Trainable modules besides the student (e.g. projections); trained and checkpointed."""
+        """Trainable modules besides the student (e.g. projections); trained and checkpointed. A
+        stage declared with ``uses_extras=True`` receives them as its loss's fourth argument."""
         return nn.ModuleDict()
 
     def stages(self, context: MethodContext) -> list[Stage]:
         raise NotImplementedError
-
-
-# Method parameters whose names say what sign they must have, whatever the method: a temperature
-# divides logits (> 0); loss weights and mixing coefficients scale a loss (>= 0: a negative weight
-# would maximise that loss).
-_POSITIVE_NAMES = ("temperature",)
-_WEIGHT_NAMES = ("alpha", "beta", "gamma")
-_WEIGHT_PREFIXES = ("weight", "lambda", "loss_weight", "alpha_", "beta_", "gamma_")
-_WEIGHT_SUFFIXES = ("_weight", "_weights", "_lambda", "_alpha", "_beta", "_gamma")
-
-
-def check_param_signs(method: str, params: Any) -> None:
-    """Reject a negative (or, for a temperature, zero) value of a parameter named like a loss weight
-    or a temperature; lists of weights are checked item by item. Raises ConfigError naming it."""
-    if not dataclasses.is_dataclass(params):
-        return
-    for field in dataclasses.fields(params):
-        name = field.name.lower()
-        positive = any(part in name for part in _POSITIVE_NAMES)
-        weight = (name in _WEIGHT_NAMES or name.startswith(_WEIGHT_PREFIXES) or name.endswith(_WEIGHT_SUFFIXES))
-        if not (positive or weight):
-            continue
-        value = getattr(params, field.name)
-        values = value if isinstance(value, (list, tuple)) else [value]
-        for item in values:
-            if isinstance(item, bool) or not isinstance(item, (int, float)):
-                continue
-            if positive and not item > 0:
-                raise ConfigError(f"method {method}: {field.name}={value!r} must be > 0 (it divides the logits)")
-            if weight and not item >= 0:
-                raise ConfigError(f"method {method}: {field.name}={value!r} is a loss weight and must be >= 0")
 
 
 def require_same_attention_heads(context: MethodContext, method: str) -> None:

@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from kdbench.constraints import check_fields, constrained
+
 OPTIMIZERS = ("adamw", "lamb")
 SCHEDULES = ("linear", "constant", "mobilebert-phase")
 """``linear``: linear warm-up, then linear decay to 0 (BERT, ``Trainer``'s default). ``constant``:
@@ -39,54 +41,23 @@ RUN_FIELDS = {
 }
 
 
-def check_optimization_values(values: Any, where: str) -> None:
-    """Raise :class:`kdbench.config.ConfigError` naming the first invalid field that is set."""
-    from kdbench.config import ConfigError
-
-    def bad(name: str, rule: str) -> None:
-        raise ConfigError(f"{where}.{name}: {rule}, got {getattr(values, name)!r}")
-
-    def get(name: str) -> Any:
-        return getattr(values, name, None)
-
-    if get("optimizer") is not None and get("optimizer") not in OPTIMIZERS:
-        bad("optimizer", f"must be one of {', '.join(OPTIMIZERS)}")
-    schedule_name = "schedule" if hasattr(values, "schedule") else "lr_schedule"
-    if get(schedule_name) is not None and get(schedule_name) not in SCHEDULES:
-        bad(schedule_name, f"must be one of {', '.join(SCHEDULES)}")
-    for name in ("lr", "epochs"):
-        if get(name) is not None and not get(name) > 0:
-            bad(name, "must be > 0")
-    if get("warmup_ratio") is not None and not 0 <= get("warmup_ratio") < 1:
-        bad("warmup_ratio", "must be in [0, 1)")
-    for name in ("beta1", "beta2", "adam_beta1", "adam_beta2"):
-        if get(name) is not None and not 0 <= get(name) < 1:
-            bad(name, "must be in [0, 1)")
-    for name in ("eps", "adam_epsilon"):
-        if get(name) is not None and not get(name) > 0:
-            bad(name, "must be > 0")
-    for name in ("weight_decay", "max_grad_norm"):
-        if get(name) is not None and not get(name) >= 0:
-            bad(name, "must be >= 0")
-
-
 @dataclass(frozen=True)
 class Optimization:
     """A stage's optimisation; ``None`` = not declared (the run's value, else :data:`GENERIC`)."""
 
-    optimizer: str | None = None  # adamw | lamb (kdbench.lamb, MobileBERT's lamb_optimizer.py)
-    lr: float | None = None
-    schedule: str | None = None  # see SCHEDULES
-    warmup_ratio: float | None = None  # fraction of the stage's steps
-    beta1: float | None = None
-    beta2: float | None = None
-    eps: float | None = None
-    weight_decay: float | None = None  # never applied to biases and LayerNorm weights
-    max_grad_norm: float | None = None  # global-norm clipping; 0 = none
-    epochs: float | None = None
+    optimizer: str | None = constrained(None, choices=OPTIMIZERS)  # adamw | lamb (kdbench.lamb, MobileBERT's lamb_optimizer.py)
+    lr: float | None = constrained(None, gt=0)
+    schedule: str | None = constrained(None, choices=SCHEDULES)
+    warmup_ratio: float | None = constrained(None, ge=0, lt=1)  # fraction of the stage's steps
+    beta1: float | None = constrained(None, ge=0, lt=1)
+    beta2: float | None = constrained(None, ge=0, lt=1)
+    eps: float | None = constrained(None, gt=0)
+    weight_decay: float | None = constrained(None, ge=0)  # never applied to biases and LayerNorm weights
+    max_grad_norm: float | None = constrained(None, ge=0)  # global-norm clipping; 0 = none
+    epochs: float | None = constrained(None, gt=0)
 
-    def __post_init__(self) -> None:
-        check_optimization_values(self, where="optimization")
+    def __post_init__(self) -> None:  # declared by method code, not built by from_mapping: check here
+        check_fields(self, "optimization")
 
 
 GENERIC = Optimization(optimizer="adamw", lr=5e-5, schedule="linear", warmup_ratio=0.1, beta1=0.9, beta2=0.999,

@@ -1,8 +1,9 @@
 """The registries of kdbench and the built-in entries.
 
-Built-ins are registered lazily by import path, so listing names imports nothing heavy. Third-party
-packages add entries through the entry-point groups ``kdbench.methods``, ``kdbench.tasks``,
-``kdbench.students`` and ``kdbench.tables`` (value: ``"module:attribute"``).
+Built-ins are registered lazily by import path, so listing names imports nothing heavy; tables are
+discovered from the spec files in ``results/tables/``. Third-party packages add entries through the
+entry-point groups ``kdbench.methods``, ``kdbench.tasks``, ``kdbench.students`` and ``kdbench.tables``
+(value: ``"module:attribute"``).
 """
 
 from __future__ import annotations
@@ -15,10 +16,43 @@ if TYPE_CHECKING:
     from kdbench.method import Method
     from kdbench.task import Task
 
+
+
+def _discover_tables(registry: Registry[Any]) -> None:
+    """Tables: one per spec file ``results/tables/<name>.yaml``, read when first used."""
+    from functools import partial
+
+    from kdbench.tables.specs import load_spec, spec_files
+
+    for name, path in spec_files().items():
+        registry.register_loader(name, partial(load_spec, name), str(path))
+
+
+def _load_task_spec(name: str, path: str) -> Task:
+    from kdbench.config import ConfigError
+    from kdbench.tasks.classification import ClassificationTask
+
+    task = ClassificationTask.from_yaml(path)
+    if task.spec.name != name:
+        raise ConfigError(f"task spec {path!r}: name {task.spec.name!r} differs from the file name {name!r}")
+    return task
+
+
+def _discover_task_specs(registry: Registry[Any]) -> None:
+    """Classification tasks declared as data: one per spec file ``results/tasks/<name>.yaml``."""
+    from functools import partial
+    from pathlib import Path
+
+    import kdbench.results
+
+    for path in sorted((Path(kdbench.results.__file__).resolve().parent / "tasks").glob("*.yaml")):
+        registry.register_loader(path.stem, partial(_load_task_spec, path.stem, str(path)), str(path))
+
+
 METHODS: Registry[type[Method]] = Registry("method", "kdbench.methods")
-TASKS: Registry[Task] = Registry("task", "kdbench.tasks")
+TASKS: Registry[Task] = Registry("task", "kdbench.tasks", discover=_discover_task_specs)
 STUDENTS: Registry[Any] = Registry("student preset", "kdbench.students")
-TABLES: Registry[Any] = Registry("table", "kdbench.tables")
+TABLES: Registry[Any] = Registry("table", "kdbench.tables", discover=_discover_tables)
 
 # Methods: name -> class.
 METHODS.register_lazy("finetune", "kdbench.methods.finetune:FineTune")
@@ -51,9 +85,3 @@ for _name, _attr in (("mobilebert-24l", "MOBILEBERT_24L"), ("mobilebert-tiny", "
 for _layers in (1, 2, 3, 4, 5, 6):
     STUDENTS.register_lazy(f"teacher-{_layers}l", f"kdbench.students:TEACHER_{_layers}L")
 
-# Tables: name -> spec (results/tables/<name>.yaml), loaded by kdbench.tables on first use.
-for _table in ("tinybert-v5-table1", "tinybert-v5-table2", "tinybert-v5-table3", "tinybert-v5-table4",
-               "tinybert-v5-table6", "mobilebert-table4", "mobilebert-table5", "mobilebert-table8",
-               "mobilebert-table9", "distilbert-table1", "distilbert-table1-early", "pkd-table1", "pkd-table2",
-               "cross-method"):
-    TABLES.register_lazy(_table, f"kdbench.tables:{_table.replace('-', '_')}")

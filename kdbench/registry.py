@@ -3,18 +3,57 @@
 Entries are either registered objects or lazy ``"module:attribute"`` targets that are imported on
 first use, so ``kdbench list methods`` imports no method code. Third-party packages add entries
 through the entry-point group named by the registry (``kdbench.methods``, ``kdbench.tasks``, ...).
+
+A third-party entry named like a built-in (or like another plug-in) is refused with
+:class:`PluginConflictError`: silently preferring one of the two would run code the user did not
+ask for. A plug-in that cannot be imported is a :class:`PluginLoadError` when it is used, and is
+skipped with a warning when entries are only listed (:meth:`Registry.loadable_items`).
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Generic, TypeVar
 
+from kdbench.config import ConfigError
+
 T = TypeVar("T")
+
+
+class PluginConflictError(ConfigError):
+    """A third-party plug-in is named like a built-in entry or like another plug-in."""
+
+
+class PluginLoadError(ConfigError):
+    """A registered entry (typically a third-party entry point) cannot be imported."""
+
+
+class PluginWarning(UserWarning):
+    """A plug-in was skipped while listing (it cannot be imported)."""
+
+
+@dataclass(frozen=True)
+class _Loader:
+    """An entry built by calling ``load()`` on first use (e.g. a spec file read when needed)."""
+
+    load: Callable[[], object]
+    source: str
+
+
+@dataclass(frozen=True)
+class _EntryPoint:
+    """A third-party entry not imported yet: where it comes from, for the messages."""
+
+    target: str  # "module:attribute"
+    distribution: str
+
+    def describe(self) -> str:
+        return f"{self.target!r} (from distribution {self.distribution})"
 
 
 class UnknownNameError(KeyError):
@@ -45,7 +84,10 @@ class Registry(Generic[T]):
 
     kind: str
     entry_point_group: str | None = None
-    _entries: dict[str, T | str] = field(default_factory=dict, repr=False)
+    # Called once before the first lookup, with the registry, to register entries found at run
+    # time (e.g. the table specs in a folder).
+    discover: Callable[[Registry[T]], None] | None = field(default=None, repr=False)
+    _entries: dict[str, T | str | _Loader | _EntryPoint] = field(default_factory=dict, repr=False)
     _aliases: dict[str, str] = field(default_factory=dict, repr=False)
     _entry_points_loaded: bool = field(default=False, repr=False)
 
@@ -64,23 +106,44 @@ class Registry(Generic[T]):
             raise ValueError(f"lazy target {target!r} must look like 'module:attribute'")
         self._add(name, target, aliases)
 
-    def _add(self, name: str, target: T | str, aliases: tuple[str, ...]) -> None:
+    def register_loader(self, name: str, load: Callable[[], T], source: str) -> None:
+        """Register an entry that ``load()`` builds on first use; ``source`` names where it comes from."""
+        self._add(name, _Loader(load, source), ())
+
+    def _add(self, name: str, target: T | str | _Loader, aliases: tuple[str, ...]) -> None:
         key = _normalise(name)
         existing = self._entries.get(key)
-        if existing is not None and existing is not target and not isinstance(existing, str):
-            raise ValueError(f"{self.kind} {name!r} is already registered")
+        # A lazy "module:attribute" entry may be replaced by the object its own module registers on
+        # import (built-in modules do so); anything else under a taken name is a conflict.
+        replaces_lazy = isinstance(existing, str) and not isinstance(target, str) \
+            and getattr(target, "__module__", None) == existing.split(":", 1)[0]
+        if existing is not None and existing is not target and existing != target and not replaces_lazy:
+            raise PluginConflictError(f"{self.kind} {name!r} is already registered ({_describe(existing)}); "
+                                      f"give the new one another name")
         self._entries[key] = target
         for alias in aliases:
             self._aliases[_normalise(alias)] = key
 
     def _load_entry_points(self) -> None:
-        if self._entry_points_loaded or self.entry_point_group is None:
+        if self._entry_points_loaded:
             return
         self._entry_points_loaded = True
+        if self.discover is not None:
+            self.discover(self)
+        if self.entry_point_group is None:
+            return
         for ep in entry_points(group=self.entry_point_group):
             key = _normalise(ep.name)
-            if key not in self._entries:
-                self._entries[key] = ep.value
+            dist = getattr(getattr(ep, "dist", None), "name", None) or "unknown"
+            entry = _EntryPoint(ep.value, dist)
+            taken = self._entries.get(key, self._aliases.get(key))
+            if taken is not None:
+                owner = "a plug-in" if isinstance(self._entries.get(key), _EntryPoint) else "the built-in"
+                raise PluginConflictError(
+                    f"plug-in {self.kind} {ep.name!r} = {entry.describe()} (entry point group "
+                    f"{self.entry_point_group}) has the name of {owner} {self.kind} {key!r}; rename it in that "
+                    f"package's pyproject.toml [project.entry-points.\"{self.entry_point_group}\"]")
+            self._entries[key] = entry
 
     def canonical(self, name: str) -> str:
         """The canonical registered name for ``name`` (or UnknownNameError)."""
@@ -94,12 +157,17 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         key = self.canonical(name)
         entry = self._entries[key]
-        if isinstance(entry, str):
-            module_name, attribute = entry.split(":", 1)
-            obj = importlib.import_module(module_name)
-            for part in attribute.split("."):
-                obj = getattr(obj, part)
+        if isinstance(entry, _EntryPoint):
+            try:
+                obj = _import(entry.target)
+            except Exception as error:  # noqa: BLE001 - any failure of third-party code: name the plug-in
+                raise PluginLoadError(f"plug-in {self.kind} {key!r} = {entry.describe()} cannot be loaded: "
+                                      f"{type(error).__name__}: {error}") from error
             self._entries[key] = entry = obj
+        elif isinstance(entry, _Loader):
+            self._entries[key] = entry = entry.load()
+        elif isinstance(entry, str):
+            self._entries[key] = entry = _import(entry)
         return entry  # type: ignore[return-value]
 
     def __contains__(self, name: str) -> bool:
@@ -125,6 +193,33 @@ class Registry(Generic[T]):
     def items(self) -> Iterator[tuple[str, T]]:
         for name in self.names():
             yield name, self.get(name)
+
+    def loadable_items(self) -> Iterator[tuple[str, T]]:
+        """Like :meth:`items`, but a plug-in that cannot be imported is skipped with a
+        :class:`PluginWarning` naming it and the error (for listings)."""
+        for name in self.names():
+            try:
+                yield name, self.get(name)
+            except PluginLoadError as error:
+                warnings.warn(f"skipped: {error}", PluginWarning, stacklevel=2)
+
+
+def _import(target: str) -> object:
+    module_name, attribute = target.split(":", 1)
+    obj: object = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _describe(entry: object) -> str:
+    if isinstance(entry, _EntryPoint):
+        return f"plug-in {entry.describe()}"
+    if isinstance(entry, str):
+        return entry
+    if isinstance(entry, _Loader):
+        return entry.source
+    return f"{getattr(entry, '__module__', '?')}:{getattr(entry, '__qualname__', type(entry).__name__)}"
 
 
 Factory = Callable[..., T]

@@ -37,14 +37,14 @@ from typing import Any
 import submitit
 import yaml
 
-from kdbench.config import ConfigError
+from kdbench.config import ConfigError, from_mapping
+from kdbench.constraints import constrained
 from kdbench.records import RESULT_FILE, write_json_atomic
 
 log = logging.getLogger("kdbench.sweep")
 
 MANIFEST = "sweep.json"
 SWEEP_DIR = ".kdbench-sweep"  # under the sweep output: job logs (submitit) and job-side state files
-SPEC_KEYS = ("name", "output", "defaults", "stages", "grid", "cells")
 GRID_LIST_KEYS = ("methods", "tasks", "seeds", "overrides")
 REFERENCE = re.compile(r"\$\{([A-Za-z0-9_.\-]+)\}")
 RUN_DIR_SUFFIX = ".run_dir"
@@ -97,6 +97,26 @@ class Sweep:
     def levels(self) -> list[list[SweepRun]]:
         depth = max((run.level for run in self.runs.values()), default=-1)
         return [[run for run in self.runs.values() if run.level == level] for level in range(depth + 1)]
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """The top level of a sweep spec, built with :func:`kdbench.config.from_mapping` like run configs
+    and table specs: unknown keys are named with the closest valid one, sections are typed."""
+
+    name: str = constrained("sweep", non_empty=True)
+    output: str | None = None
+    defaults: dict[str, Any] = field(default_factory=dict)  # run keys of every run
+    stages: dict[str, Any] = field(default_factory=dict)  # stage name -> run keys (+ depends_on)
+    grid: dict[str, Any] = field(default_factory=dict)  # methods x tasks x seeds x overrides (+ shared keys)
+    cells: list[Any] = field(default_factory=list)  # explicit runs
+
+    def check_combination(self) -> None:
+        if not self.grid and not self.cells:
+            raise SweepError("sweep spec: needs a 'grid' or 'cells' (nothing to run)")
+        for stage_name, keys in self.stages.items():
+            if not isinstance(keys, dict):
+                raise SweepError(f"stages.{stage_name}: must be a mapping of run keys, got {keys!r}")
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:
@@ -221,20 +241,15 @@ def expand(spec: dict[str, Any], output: str | os.PathLike[str] | None = None) -
 
     Validates every run's config (``plan_run``) before anything is submitted.
     """
-    unknown = sorted(set(spec) - set(SPEC_KEYS))
-    if unknown:
-        raise SweepError(f"sweep spec: unknown key(s) {', '.join(unknown)} (valid: {', '.join(SPEC_KEYS)})")
-    name = str(spec.get("name") or "sweep")
-    out = Path(output or spec.get("output") or Path("runs") / "sweeps" / name).expanduser().resolve()
-    defaults = _mapping(spec.get("defaults"), "defaults")
-    stages = _mapping(spec.get("stages"), "stages")
-    for stage_name, keys in stages.items():
-        if not isinstance(keys, dict):
-            raise SweepError(f"stages.{stage_name}: must be a mapping of run keys, got {keys!r}")
-    grid = _mapping(spec.get("grid"), "grid")
-    cells = spec.get("cells") or []
-    if not grid and not cells:
-        raise SweepError("sweep spec: needs a 'grid' or 'cells' (nothing to run)")
+    try:
+        typed = from_mapping(SweepSpec, {k: v for k, v in spec.items() if v is not None}, where="")
+    except SweepError:
+        raise
+    except ConfigError as error:
+        raise SweepError(f"sweep spec: {error}") from None
+    name = typed.name
+    out = Path(output or typed.output or Path("runs") / "sweeps" / name).expanduser().resolve()
+    defaults, stages, grid, cells = dict(typed.defaults), dict(typed.stages), dict(typed.grid), list(typed.cells)
     resolver = _Resolver(stages, defaults, out)
 
     if grid:

@@ -37,6 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from kdbench.config import ConfigError
+from kdbench.constraints import constrained, loss_weight, softmax_temperature
 from kdbench.features import HIDDEN, Features
 from kdbench.losses import (
     distilbert_mlm_distillation_loss,
@@ -53,16 +54,6 @@ from kdbench.task import HeadType
 
 IGNORE_INDEX = -100
 FROZEN_POSITION_PARAMETER = "embeddings.position_embeddings.weight"
-
-
-def _check_positive(method: str, name: str, value: float) -> None:
-    if not value > 0:
-        raise ConfigError(f"{method} parameter {name}: must be > 0, got {value!r}")
-
-
-def _check_non_negative(method: str, name: str, value: float) -> None:
-    if not value >= 0:
-        raise ConfigError(f"{method} parameter {name}: must be >= 0, got {value!r}")
 
 
 # --------------------------------------------------------------------------- masking
@@ -165,31 +156,25 @@ class MlmMasker:
 class DistilBertPretrainParams:
     """Defaults: the DistilBERT run (README command; ``train.py`` defaults for masking and T)."""
 
-    alpha_ce: float = 5.0  # soft-target KL (x T^2)
-    alpha_mlm: float = 2.0  # masked-LM cross-entropy on the gold tokens
-    alpha_cos: float = 1.0  # cosine embedding loss on the last hidden layer
-    temperature: float = 2.0
+    alpha_ce: float = loss_weight(5.0)  # soft-target KL (x T^2)
+    alpha_mlm: float = loss_weight(2.0)  # masked-LM cross-entropy on the gold tokens
+    alpha_cos: float = loss_weight(1.0)  # cosine embedding loss on the last hidden layer
+    temperature: float = softmax_temperature(2.0)
     restrict_ce_to_mask: bool = False  # KL over masked tokens only (default: every non-padding token)
-    mlm_mask_prop: float = 0.15
-    word_mask: float = 0.8
-    word_keep: float = 0.1
-    word_rand: float = 0.1
-    mlm_smoothing: float = 0.7  # token choice ∝ count^-mlm_smoothing
+    mlm_mask_prop: float = constrained(0.15, gt=0, le=1)
+    word_mask: float = constrained(0.8, ge=0, le=1)
+    word_keep: float = constrained(0.1, ge=0, le=1)
+    word_rand: float = constrained(0.1, ge=0, le=1)
+    mlm_smoothing: float = constrained(0.7, ge=0)  # token choice ∝ count^-mlm_smoothing
     freeze_position_embeddings: bool = True  # README's --freeze_pos_embs
 
-    def __post_init__(self) -> None:
-        name = "distilbert-pretrain"
-        for weight in ("alpha_ce", "alpha_mlm", "alpha_cos", "word_mask", "word_keep", "word_rand", "mlm_smoothing"):
-            _check_non_negative(name, weight, getattr(self, weight))
-        _check_positive(name, "temperature", self.temperature)
-        if not 0 < self.mlm_mask_prop <= 1:
-            raise ConfigError(f"{name} parameter mlm_mask_prop: must be in (0, 1], got {self.mlm_mask_prop!r}")
+    def check_combination(self) -> None:
         total = self.word_mask + self.word_keep + self.word_rand
         if not math.isclose(total, 1.0, abs_tol=1e-6):
-            raise ConfigError(f"{name} parameters word_mask + word_keep + word_rand must sum to 1, got "
+            raise ConfigError(f"word_mask + word_keep + word_rand must sum to 1, got "
                               f"{self.word_mask} + {self.word_keep} + {self.word_rand} = {total}")
         if self.alpha_ce + self.alpha_mlm + self.alpha_cos <= 0:
-            raise ConfigError(f"{name}: alpha_ce, alpha_mlm and alpha_cos are all 0; nothing to train")
+            raise ConfigError("alpha_ce, alpha_mlm and alpha_cos are all 0; nothing to train")
 
 
 def trainable_without_position_embeddings(student: nn.Module, extras: nn.Module) -> list[ParamGroup]:
@@ -223,6 +208,8 @@ class DistilBertPretrain(Method):
     description = ("DistilBERT general distillation on a text corpus: 5*T^2*KL + 2*MLM + 1*cosine(last hidden), "
                    "dynamic frequency-smoothed masking")
     Params = DistilBertPretrainParams
+    heads = (HeadType.MASKED_LM,)
+    instead_for_head = {head: "distilbert" for head in (HeadType.CLASSIFICATION, HeadType.REGRESSION, HeadType.SPAN)}
     default_student_init = "teacher"
     default_student_layers = "every-other"  # distilbert_init_layers: [0, 2, 4, 7, 9, 11] for 12 -> 6
 
@@ -230,9 +217,6 @@ class DistilBertPretrain(Method):
         return {"temperature": Choice((1.0, 2.0, 4.0)), "lr": FloatRange(1e-4, 1e-3, log=True)}
 
     def validate(self, context: MethodContext) -> None:
-        if context.task.head is not HeadType.MASKED_LM:
-            raise ConfigError(f"distilbert-pretrain distils a masked LM on a text corpus (task 'corpus'), not task "
-                              f"{context.task.name!r}; for task-specific distillation use method 'distilbert'")
         teacher = context.teacher_config
         if teacher is None:
             raise ConfigError("distilbert-pretrain needs a masked-LM teacher")
@@ -309,31 +293,23 @@ TASK_OPTIMIZATION = Optimization(optimizer="adamw", lr=5e-5, schedule="linear", 
 class DistilBertParams:
     """Defaults of ``run_squad_w_distillation.py``: α_ce 0.5, α_task (``alpha_squad``) 0.5, T 2."""
 
-    alpha_ce: float = 0.5  # soft-target KL (x T^2, batchmean)
-    alpha_task: float = 0.5  # the task's own loss on gold labels
-    temperature: float = 2.0
-
-    def __post_init__(self) -> None:
-        _check_non_negative("distilbert", "alpha_ce", self.alpha_ce)
-        _check_non_negative("distilbert", "alpha_task", self.alpha_task)
-        _check_positive("distilbert", "temperature", self.temperature)
+    alpha_ce: float = loss_weight(0.5)  # soft-target KL (x T^2, batchmean)
+    alpha_task: float = loss_weight(0.5)  # the task's own loss on gold labels
+    temperature: float = softmax_temperature(2.0)
 
 
 class DistilBertTask(Method):
     name = "distilbert"
     description = "DistilBERT task-specific distillation: 0.5*T^2*KL(batchmean) + 0.5*task loss, T=2"
     Params = DistilBertParams
+    heads = (HeadType.CLASSIFICATION, HeadType.REGRESSION, HeadType.SPAN)
+    instead_for_head = {HeadType.MASKED_LM: "distilbert-pretrain"}
     default_student_init = "teacher"
     default_student_layers = "every-other"
 
     def search_space(self) -> SearchSpace:
         return {"alpha_ce": FloatRange(0.1, 0.9), "temperature": Choice((1.0, 2.0, 4.0)),
                 "lr": FloatRange(1e-5, 1e-4, log=True)}
-
-    def validate(self, context: MethodContext) -> None:
-        if context.task.head is HeadType.MASKED_LM:
-            raise ConfigError(f"distilbert is the task-specific distillation; on the text corpus "
-                              f"(task {context.task.name!r}) use method 'distilbert-pretrain'")
 
     def stages(self, context: MethodContext) -> list[Stage]:
         p, head = self.params, context.task.head
@@ -347,10 +323,9 @@ class DistilBertTask(Method):
                 return distilbert_span_loss(student.start_logits, student.end_logits, teacher.start_logits,
                                             teacher.end_logits, batch["start_positions"], batch["end_positions"],
                                             p.alpha_ce, p.alpha_task, p.temperature)
-            if head is HeadType.REGRESSION:
-                return {"ce": p.alpha_task * regression_mse_loss(student.logits, batch["labels"]),
-                        "kd": p.alpha_ce * regression_kd_loss(student.logits, teacher.logits)}
-            raise ConfigError(f"distilbert does not support task head {head.value!r}")
+            # regression (the declared heads leave no other)
+            return {"ce": p.alpha_task * regression_mse_loss(student.logits, batch["labels"]),
+                    "kd": p.alpha_ce * regression_kd_loss(student.logits, teacher.logits)}
 
         return [Stage("distilbert", loss, optimization=TASK_OPTIMIZATION)]
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kdbench.constraints import constrained
 from kdbench.features import Features
 from kdbench.method import Method, MethodContext, Stage
 from kdbench.plugins import METHODS
 from kdbench.search_space import Choice, FloatRange, SearchSpace
 from kdbench.task import HeadType
 from kdbench.task_loss import task_loss
-from kdbench.tasks.corpus import MlmMasking
+from kdbench.masking import MlmMasking
 
 
 @dataclass
@@ -18,7 +19,7 @@ class FineTuneParams:
     """Fine-tuning has no loss weights; ``temperature`` is accepted so sweeps can set it for every
     method, and it is ignored here."""
 
-    temperature: float | None = None
+    temperature: float | None = constrained(None, gt=0, reason="it divides the logits")
 
 
 class FineTune(Method):

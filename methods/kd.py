@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kdbench.config import ConfigError
+from kdbench.constraints import constrained, softmax_temperature
 from kdbench.features import Features
 from kdbench.losses import hinton_kd_loss, kd_kl_loss, regression_kd_loss
 from kdbench.method import Method, MethodContext, Stage
@@ -22,24 +22,17 @@ KD_REDUCTIONS = ("batchmean", "mean")
 
 @dataclass
 class KDParams:
-    alpha: float = 0.5  # weight of the soft (teacher) term; the hard-label CE gets 1 - alpha
-    temperature: float = 2.0
-    kl_reduction: str = "batchmean"  # batchmean (Hinton) | mean (BERT-PKD's vanilla-KD baseline)
-
-    def __post_init__(self) -> None:
-        if self.kl_reduction not in KD_REDUCTIONS:
-            raise ConfigError(f"kd parameter kl_reduction: must be one of {', '.join(KD_REDUCTIONS)}, "
-                              f"got {self.kl_reduction!r}")
-        if not 0.0 <= self.alpha <= 1.0:
-            raise ConfigError(f"kd parameter alpha: must be in [0, 1], got {self.alpha!r}")
-        if self.temperature <= 0:
-            raise ConfigError(f"kd parameter temperature: must be > 0, got {self.temperature!r}")
+    alpha: float = constrained(0.5, ge=0, le=1)  # weight of the soft (teacher) term; the hard-label CE gets 1 - alpha
+    temperature: float = softmax_temperature(2.0)
+    # batchmean (Hinton) | mean (BERT-PKD's vanilla-KD baseline)
+    kl_reduction: str = constrained("batchmean", choices=KD_REDUCTIONS)
 
 
 class HintonKD(Method):
     name = "kd"
     description = "Vanilla KD (Hinton): (1-a)*CE + a*T^2*KL(batchmean) on the task logits"
     Params = KDParams
+    heads = (HeadType.CLASSIFICATION, HeadType.REGRESSION, HeadType.SPAN)
     default_student_init = "random"
 
     def search_space(self) -> SearchSpace:
@@ -59,11 +52,10 @@ class HintonKD(Method):
             if head is HeadType.REGRESSION:  # no distribution to soften: match the teacher's output
                 return {"task": (1 - alpha) * task_loss(batch, student, head),
                         "kd": alpha * regression_kd_loss(student.logits, teacher.logits)}
-            if head is HeadType.SPAN:  # soft targets over start and end positions, averaged
-                kd = (kd_kl_loss(student.start_logits, teacher.start_logits, temperature, reduction)
-                      + kd_kl_loss(student.end_logits, teacher.end_logits, temperature, reduction)) / 2
-                return {"task": (1 - alpha) * task_loss(batch, student, head), "kd": alpha * kd}
-            raise ConfigError(f"kd does not support task head {head.value!r}")
+            # span (the declared heads leave no other): soft targets over start and end positions, averaged
+            kd = (kd_kl_loss(student.start_logits, teacher.start_logits, temperature, reduction)
+                  + kd_kl_loss(student.end_logits, teacher.end_logits, temperature, reduction)) / 2
+            return {"task": (1 - alpha) * task_loss(batch, student, head), "kd": alpha * kd}
 
         return [Stage("kd", loss)]
 

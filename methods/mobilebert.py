@@ -68,6 +68,7 @@ from torch import Tensor, nn
 
 from kdbench.capture import architecture_of
 from kdbench.config import ConfigError
+from kdbench.constraints import constrained, loss_weight
 from kdbench.features import FeatureRequest, Features
 from kdbench.layer_maps import LayerMapping, LayerMatch, mobilebert_mapping
 from kdbench.losses import attention_kl_loss_from_scores, fmt_mse_loss, fmt_normalized_loss, mixed_target_mlm_loss
@@ -107,56 +108,39 @@ def projection_key(student_layer: int) -> str:
 
 @dataclass
 class MobileBertParams:
-    strategy: str = "progressive"  # auxiliary | joint | progressive
+    strategy: str = constrained("progressive", choices=STRATEGIES)
     use_fmt: bool = True
     use_at: bool = True
     use_pd: bool = True  # the final objective: PD on masked-LM tasks, the task loss elsewhere
-    fmt_form: str = "normalized"  # normalized (official code) | mse (paper)
-    at_form: str = "cross_entropy"  # cross_entropy (official code) | kl (paper; same gradient)
-    token_reduction: str = "all"  # all (official: every B·L position, padding included) | real
-    layer_reduction: str = "mean"  # mean (official: each layer's term × factor / L) | sum
-    hidden_weight: float = 100.0
-    attention_weight: float = 1.0
-    beta: float = 5000.0
-    gamma: float = 5.0
-    pd_alpha: float = 0.5
-    pd_weight: float = 1.0
-    mlm_probability: float = 0.15
-    progressive_schedule: str = "code"  # code (lower layers 0.3x, current 3x, embeddings frozen) | paper
-    lower_lr_scale: float = 0.3
-    current_lr_scale: float = 3.0
-    copy_from_teacher: str = "auto"  # auto: in joint/progressive | yes | no
-    kt_epochs: float | None = None  # transfer epochs in total (progressive: split over the L stages)
-    kt_lr: float | None = None
-    final_epochs: float | None = None  # epochs of the pd/task stage (joint/progressive)
-    final_lr: float | None = None
-    nsp: bool = False
+    fmt_form: str = constrained("normalized", choices=FMT_FORMS)  # normalized (official code) | mse (paper)
+    at_form: str = constrained("cross_entropy", choices=AT_FORMS)  # cross_entropy (official) | kl (paper; same gradient)
+    # all (official: every B·L position, padding included) | real
+    token_reduction: str = constrained("all", choices=TOKEN_REDUCTIONS)
+    # mean (official: each layer's term × factor / L) | sum
+    layer_reduction: str = constrained("mean", choices=LAYER_REDUCTIONS)
+    hidden_weight: float = loss_weight(100.0)
+    attention_weight: float = loss_weight(1.0)
+    beta: float = loss_weight(5000.0)
+    gamma: float = loss_weight(5.0)
+    pd_alpha: float = constrained(0.5, ge=0, le=1)
+    pd_weight: float = loss_weight(1.0)
+    mlm_probability: float = constrained(0.15, gt=0, lt=1)
+    # code (lower layers 0.3x, current 3x, embeddings frozen) | paper
+    progressive_schedule: str = constrained("code", choices=SCHEDULES)
+    lower_lr_scale: float = constrained(0.3, ge=0)
+    current_lr_scale: float = constrained(3.0, ge=0)
+    copy_from_teacher: str = constrained("auto", choices=COPY_CHOICES)  # auto: in joint/progressive | yes | no
+    kt_epochs: float | None = constrained(None, gt=0)  # transfer epochs in total (progressive: split over the L stages)
+    kt_lr: float | None = constrained(None, gt=0)
+    final_epochs: float | None = constrained(None, gt=0)  # epochs of the pd/task stage (joint/progressive)
+    final_lr: float | None = constrained(None, gt=0)
+    nsp: bool = constrained(False, choices=(False,),
+                            rule="must be false: next-sentence prediction is not implemented (the corpus task "
+                                 "gives single segments)")
 
-    def __post_init__(self) -> None:
-        for name, value, allowed in (("strategy", self.strategy, STRATEGIES), ("fmt_form", self.fmt_form, FMT_FORMS),
-                                     ("at_form", self.at_form, AT_FORMS),
-                                     ("token_reduction", self.token_reduction, TOKEN_REDUCTIONS),
-                                     ("layer_reduction", self.layer_reduction, LAYER_REDUCTIONS),
-                                     ("progressive_schedule", self.progressive_schedule, SCHEDULES),
-                                     ("copy_from_teacher", self.copy_from_teacher, COPY_CHOICES)):
-            if value not in allowed:
-                raise ConfigError(f"mobilebert parameter {name}: {value!r} is not one of {', '.join(allowed)}")
-        if not 0.0 <= self.pd_alpha <= 1.0:
-            raise ConfigError(f"mobilebert parameter pd_alpha: must be in [0, 1], got {self.pd_alpha!r}")
-        if not 0.0 < self.mlm_probability < 1.0:
-            raise ConfigError(f"mobilebert parameter mlm_probability: must be in (0, 1), got {self.mlm_probability!r}")
-        for name in ("lower_lr_scale", "current_lr_scale"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"mobilebert parameter {name}: must be >= 0, got {getattr(self, name)!r}")
-        for name in ("kt_epochs", "final_epochs", "kt_lr", "final_lr"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ConfigError(f"mobilebert parameter {name}: must be > 0, got {value!r}")
-        if self.nsp:
-            raise ConfigError("mobilebert parameter nsp: next-sentence prediction is not implemented "
-                              "(the corpus task gives single segments); use nsp=false")
+    def check_combination(self) -> None:
         if not (self.use_fmt or self.use_at or self.use_pd):
-            raise ConfigError("mobilebert: use_fmt, use_at and use_pd are all false; nothing to train")
+            raise ConfigError("use_fmt, use_at and use_pd are all false; nothing to train")
 
     @property
     def transfers(self) -> bool:
@@ -311,10 +295,6 @@ class MobileBertTransfer(Method):
     Params = MobileBertParams
     default_student_init = "random"
 
-    def __init__(self, params: MobileBertParams | None = None):
-        super().__init__(params)
-        self._projections: nn.ModuleDict | None = None
-
     def search_space(self) -> SearchSpace:
         return {"hidden_weight": FloatRange(10.0, 1000.0, log=True), "attention_weight": FloatRange(0.1, 10.0, log=True),
                 "lr": FloatRange(1e-5, 1e-3, log=True)}
@@ -365,14 +345,7 @@ class MobileBertTransfer(Method):
         if self.params.use_fmt and d_s != d_t:
             for match in self.mapping(context).hidden:
                 modules[projection_key(match.student)] = nn.Linear(d_s, d_t)
-        self._projections = modules
         return modules
-
-    def _projection(self, student_layer: int) -> nn.Module | None:
-        if self._projections is None:
-            raise RuntimeError("mobilebert: extra_modules() must be called before the stage losses run")
-        key = projection_key(student_layer)
-        return self._projections[key] if key in self._projections else None
 
     # -------------------------------------------------------------------------------- stages
     def stages(self, context: MethodContext) -> list[Stage]:
@@ -380,7 +353,7 @@ class MobileBertTransfer(Method):
         head = context.task.head
         prepare = None
         if head is HeadType.MASKED_LM:
-            from kdbench.tasks.corpus import MlmMasking
+            from kdbench.masking import MlmMasking
 
             prepare = MlmMasking.for_run(context.run, p.mlm_probability)
         request = FeatureRequest(hidden_states=p.use_fmt, attention_scores=p.use_at)
@@ -391,11 +364,12 @@ class MobileBertTransfer(Method):
         final_name = "pd" if head is HeadType.MASKED_LM else "task"
 
         def transfer(selected: list[tuple[LayerMatch, LayerMatch]], per_layer_names: bool):
-            def terms(student: Features, teacher: Features) -> dict[str, Tensor]:
+            def terms(student: Features, teacher: Features, extras: nn.ModuleDict) -> dict[str, Tensor]:
                 total: dict[str, Tensor] = {}
                 for hidden, attention in selected:
+                    key = projection_key(hidden.student)
                     layer_terms = layer_transfer_terms(student, teacher, hidden, attention, p,
-                                                       self._projection(hidden.student), num_layers)
+                                                       extras[key] if key in extras else None, num_layers)
                     _add(total, layer_terms, f"/L{hidden.student}" if per_layer_names else "")
                 return total
 
@@ -409,31 +383,33 @@ class MobileBertTransfer(Method):
         if p.strategy == "auxiliary":
             kt = transfer(pairs, per_layer_names=False)
 
-            def auxiliary(batch, student, teacher):
-                terms = kt(student, teacher)
+            def auxiliary(batch, student, teacher, extras):
+                terms = kt(student, teacher, extras)
                 if final is not None:
                     terms.update(final(batch, student, teacher))
                 return terms
 
             return [Stage("auxiliary", auxiliary, student_features=request, teacher_features=request,
                           epochs=p.kt_epochs, lr=p.kt_lr, select_best=final is not None and head is not HeadType.MASKED_LM,
-                          param_groups=everything, prepare_batch=prepare, optimization=PD_OPTIMIZATION)]
+                          param_groups=everything, prepare_batch=prepare, optimization=PD_OPTIMIZATION,
+                          uses_extras=True)]
 
         stages: list[Stage] = []
         if p.strategy == "joint":
             kt = transfer(pairs, per_layer_names=False)
-            stages.append(Stage("kt", lambda b, s, t, kt=kt: kt(s, t), student_features=request,
+            stages.append(Stage("kt", lambda b, s, t, e, kt=kt: kt(s, t, e), student_features=request,
                                 teacher_features=request, epochs=p.kt_epochs, lr=p.kt_lr, select_best=False,
-                                param_groups=everything, prepare_batch=prepare, optimization=KT_OPTIMIZATION))
+                                param_groups=everything, prepare_batch=prepare, optimization=KT_OPTIMIZATION,
+                                uses_extras=True))
         else:
             per_stage = p.kt_epochs / len(pairs) if p.kt_epochs is not None else None
             for hidden, attention in pairs:
                 layer = hidden.student
                 kt = transfer([(hidden, attention)], per_layer_names=True)
-                stages.append(Stage(f"kt-L{layer}", lambda b, s, t, kt=kt: kt(s, t), student_features=request,
+                stages.append(Stage(f"kt-L{layer}", lambda b, s, t, e, kt=kt: kt(s, t, e), student_features=request,
                                     teacher_features=request, epochs=per_stage, lr=p.kt_lr, select_best=False,
                                     param_groups=progressive_groups(layer, p), prepare_batch=prepare,
-                                    optimization=KT_OPTIMIZATION))
+                                    optimization=KT_OPTIMIZATION, uses_extras=True))
         if final is not None:
             stages.append(Stage(final_name, final, uses_teacher=final_name == "pd", epochs=p.final_epochs,
                                 lr=p.final_lr, select_best=head is not HeadType.MASKED_LM,

@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kdbench.config import ConfigError
+from kdbench.constraints import constrained, loss_weight, softmax_temperature
 from kdbench.features import HIDDEN, Features
 from kdbench.layer_maps import PKD_STRATEGIES, pkd_layers
 from kdbench.losses import pkd_loss, patient_loss, regression_kd_loss
@@ -65,29 +66,19 @@ class PKDParams:
     ``teacher_layers`` (1-based, one per student layer ``1..M−1``) overrides ``strategy``.
     """
 
-    strategy: str = "official"  # official (the released runs' layers) | skip | last
-    alpha: float = 0.7  # weight of the soft KD term; the hard-label CE gets 1 - alpha
-    beta: float = 500.0  # weight of the patient (PT) loss
-    temperature: float = 10.0
+    strategy: str = constrained("official", choices=STRATEGIES)  # official (the released runs' layers) | skip | last
+    alpha: float = constrained(0.7, ge=0, le=1)  # weight of the soft KD term; the hard-label CE gets 1 - alpha
+    beta: float = loss_weight(500.0)  # weight of the patient (PT) loss
+    temperature: float = softmax_temperature(10.0)
     normalize: bool = True  # L2-normalise the [CLS] vectors before the PT MSE (paper form)
     teacher_layers: list[int] | None = None
-
-    def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise ConfigError(f"pkd parameter strategy: must be one of {', '.join(STRATEGIES)}, "
-                              f"got {self.strategy!r}")
-        if not 0.0 <= self.alpha <= 1.0:
-            raise ConfigError(f"pkd parameter alpha: must be in [0, 1], got {self.alpha!r}")
-        if not self.beta >= 0:
-            raise ConfigError(f"pkd parameter beta: must be >= 0, got {self.beta!r}")
-        if not self.temperature > 0:
-            raise ConfigError(f"pkd parameter temperature: must be > 0, got {self.temperature!r}")
 
 
 class PatientKD(Method):
     name = "pkd"
     description = "BERT-PKD: (1-a)*CE + a*T^2*KL(mean) + b*MSE(normalised [CLS]), strategy skip|last"
     Params = PKDParams
+    heads = (HeadType.CLASSIFICATION, HeadType.REGRESSION)
     default_student_init = "teacher"  # the teacher's bottom M layers and embeddings
     default_student_layers = "bottom"
 
@@ -113,10 +104,6 @@ class PatientKD(Method):
         return list(explicit)
 
     def validate(self, context: MethodContext) -> None:
-        head = context.task.head
-        if head not in (HeadType.CLASSIFICATION, HeadType.REGRESSION):
-            raise ConfigError(f"pkd supports classification and regression tasks, not task {context.task.name!r} "
-                              f"with head {head.value!r}")
         teacher = context.teacher_config
         if teacher is None:
             raise ConfigError("pkd needs a teacher")

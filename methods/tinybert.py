@@ -54,6 +54,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from kdbench.config import ConfigError
+from kdbench.constraints import constrained, loss_weight, softmax_temperature
 from kdbench.features import ATTENTION_SCORES, HIDDEN, NO_FEATURES, Features
 from kdbench.layer_maps import LayerMapping, LayerMatch, tinybert_mapping
 from kdbench.losses import hidden_mse_loss, regression_mse_loss, soft_cross_entropy, tinybert_attention_loss
@@ -78,43 +79,27 @@ def _per_layer_projection(student_hidden_index: int) -> str:
 
 @dataclass
 class TinyBERTParams:
-    mode: str = "task"
+    mode: str = constrained("task", choices=MODES)
     mapping: str | list[Any] = "uniform"
-    projection: str = "shared"
+    projection: str = constrained("shared", choices=PROJECTIONS)
     no_embd: bool = False
     no_attn: bool = False
     no_hidn: bool = False
     no_trm: bool = False  # no Transformer-layer distillation: no attention and no hidden loss
     no_pred: bool = False
-    layer_weights: list[float] | None = None  # λ_0..λ_M (embedding, then each student layer)
-    prediction_weight: float = 1.0  # λ_{M+1}
-    temperature: float = 1.0
+    layer_weights: list[float] | None = loss_weight(None)  # λ_0..λ_M (embedding, then each student layer)
+    prediction_weight: float = loss_weight(1.0)  # λ_{M+1}
+    temperature: float = softmax_temperature(1.0)
     # None: the stage's declaration (intermediate_optimization etc.), overridable by the run's lr=/epochs=;
     # a value given here wins for that stage.
-    intermediate_epochs: float | None = None
-    intermediate_lr: float | None = None
-    prediction_epochs: float | None = None
-    prediction_lr: float | None = None
-    general_epochs: float | None = None
-    general_lr: float | None = None
+    intermediate_epochs: float | None = constrained(None, gt=0)
+    intermediate_lr: float | None = constrained(None, gt=0)
+    prediction_epochs: float | None = constrained(None, gt=0)
+    prediction_lr: float | None = constrained(None, gt=0)
+    general_epochs: float | None = constrained(None, gt=0)
+    general_lr: float | None = constrained(None, gt=0)
 
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"tinybert parameter mode: must be one of {', '.join(MODES)}, got {self.mode!r}")
-        if self.projection not in PROJECTIONS:
-            raise ConfigError(f"tinybert parameter projection: must be one of {', '.join(PROJECTIONS)}, "
-                              f"got {self.projection!r}")
-        if self.temperature <= 0:
-            raise ConfigError(f"tinybert parameter temperature: must be > 0, got {self.temperature!r}")
-        if self.prediction_weight < 0:
-            raise ConfigError(f"tinybert parameter prediction_weight: must be >= 0, got {self.prediction_weight!r}")
-        if self.layer_weights is not None and any(w < 0 for w in self.layer_weights):
-            raise ConfigError(f"tinybert parameter layer_weights: must all be >= 0, got {self.layer_weights!r}")
-        for name in ("intermediate_epochs", "prediction_epochs", "general_epochs",
-                     "intermediate_lr", "prediction_lr", "general_lr"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ConfigError(f"tinybert parameter {name}: must be > 0 or none, got {value!r}")
+    def check_combination(self) -> None:
         if self.mode in ("general", "intermediate") and not self.intermediate_objectives:
             raise ConfigError(f"tinybert mode={self.mode} with no_embd, no_attn and no_hidn/no_trm leaves "
                               "no loss to train")
@@ -144,10 +129,14 @@ class TinyBERT(Method):
                    "prediction distillation; general or task-specific, with ablation switches")
     Params = TinyBERTParams
     default_student_init = "random"
+    instead_for_head = {HeadType.MASKED_LM: "tinybert-general"}
 
-    def __init__(self, params: TinyBERTParams | None = None):
-        super().__init__(params)
-        self._projections: nn.ModuleDict | None = None
+    def supported_heads(self) -> tuple[HeadType, ...]:
+        """Intermediate-only modes (general, intermediate) train any head, a masked-LM corpus included;
+        the prediction stage distils task outputs, so task and prediction modes need a task head."""
+        if self.params.mode in ("general", "intermediate"):
+            return self.heads
+        return (HeadType.CLASSIFICATION, HeadType.REGRESSION, HeadType.SPAN)
 
     def search_space(self) -> SearchSpace:
         return {"prediction_lr": Choice((1e-5, 2e-5, 3e-5)), "temperature": Choice((1.0, 2.0, 4.0)),
@@ -220,13 +209,10 @@ class TinyBERT(Method):
                         key = _per_layer_projection(match.student)
                         if key not in modules:
                             modules[key] = nn.Linear(d_s, d_t)
-        self._projections = modules
         return modules
 
-    def _projection_for(self, student_hidden_index: int) -> nn.Module | None:
-        modules = self._projections
-        if modules is None:
-            raise RuntimeError("tinybert: extra_modules() must be called before the stage losses run")
+    def _projection_for(self, modules: nn.ModuleDict, student_hidden_index: int) -> nn.Module | None:
+        """The projection of student hidden state ``student_hidden_index`` among the extra modules."""
         projection = self.params.projection
         if projection == "none":
             return None
@@ -262,7 +248,7 @@ class TinyBERT(Method):
         if attention_pairs:
             request = request | ATTENTION_SCORES
 
-        def loss(batch: Any, student: Features, teacher: Features | None) -> dict[str, Tensor]:
+        def loss(batch: Any, student: Features, teacher: Features | None, extras: nn.ModuleDict) -> dict[str, Tensor]:
             assert teacher is not None
             terms: dict[str, Tensor] = {}
             if attention_pairs:
@@ -270,22 +256,22 @@ class TinyBERT(Method):
                     student.attention_scores[m.student], teacher.attention_scores[m.teacher]))
             if embedding_pairs:
                 terms["embd"] = _sum_pairs(embedding_pairs, lambda m: hidden_mse_loss(
-                    student.hidden_states[m.student], teacher.hidden_states[m.teacher], self._projection_for(m.student)))
+                    student.hidden_states[m.student], teacher.hidden_states[m.teacher],
+                    self._projection_for(extras, m.student)))
             if hidden_pairs:
                 terms["hidn"] = _sum_pairs(hidden_pairs, lambda m: hidden_mse_loss(
-                    student.hidden_states[m.student], teacher.hidden_states[m.teacher], self._projection_for(m.student)))
+                    student.hidden_states[m.student], teacher.hidden_states[m.teacher],
+                    self._projection_for(extras, m.student)))
             return terms
 
         # The head is not trained here, so dev scores mean nothing: keep the last state.
         return Stage(name, loss, student_features=request, teacher_features=request, epochs=epochs, lr=lr,
-                     select_best=False, optimization=optimization)
+                     select_best=False, optimization=optimization, uses_extras=True)
 
     def _prediction_stage(self, context: MethodContext) -> Stage:
         p = self.params
         head = context.task.head
         weight, temperature = p.prediction_weight, p.temperature
-        if head is HeadType.MASKED_LM:
-            raise ConfigError("tinybert has no prediction stage for a masked-lm (corpus) task; use mode=general")
         # Regression: the official code fits the gold score; no_pred: the gold labels replace the teacher.
         uses_teacher = not (p.no_pred or head is HeadType.REGRESSION)
 
@@ -297,11 +283,10 @@ class TinyBERT(Method):
             assert teacher is not None
             if head is HeadType.CLASSIFICATION:
                 return {"pred": weight * soft_cross_entropy(student.logits, teacher.logits, temperature)}
-            if head is HeadType.SPAN:
-                soft = (soft_cross_entropy(student.start_logits, teacher.start_logits, temperature)
-                        + soft_cross_entropy(student.end_logits, teacher.end_logits, temperature)) / 2
-                return {"pred": weight * soft}
-            raise ConfigError(f"tinybert does not support task head {head.value!r}")
+            # span (supported_heads leaves no other)
+            soft = (soft_cross_entropy(student.start_logits, teacher.start_logits, temperature)
+                    + soft_cross_entropy(student.end_logits, teacher.end_logits, temperature)) / 2
+            return {"pred": weight * soft}
 
         return Stage("prediction", loss, uses_teacher=uses_teacher, epochs=p.prediction_epochs, lr=p.prediction_lr,
                      optimization=PREDICTION_OPTIMIZATION)

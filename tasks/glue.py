@@ -73,6 +73,7 @@ class GlueSpec:
     file_labels: Mapping[str, str] = field(default_factory=dict)  # label text in files -> name
     column_aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # field -> other header names
     int_submission: bool = False  # submission writes label ids (0/1) instead of names
+    label_column: str = "label"  # tried first in files with named columns
     bert_label_order: tuple[str, ...] | None = None  # BERT's GLUE processor order, where it differs from the Hub's
     score_range: tuple[float, float] | None = None  # regression: the label range submissions are clipped to
 
@@ -340,9 +341,10 @@ class GlueTask(Task):
                 raise DataError(f"{path}: no column {field_name!r} for task {self.glue.name} "
                                 f"(columns: {', '.join(header)})")
             columns.append(found)
-        label_column = next((c for c in _LABEL_ALIASES if c in header), None) if with_labels else None
+        label_columns = tuple(dict.fromkeys((self.glue.label_column, *_LABEL_ALIASES)))
+        label_column = next((c for c in label_columns if c in header), None) if with_labels else None
         if with_labels and label_column is None:
-            raise DataError(f"{path}: no label column (one of {', '.join(_LABEL_ALIASES)}; columns: {', '.join(header)})")
+            raise DataError(f"{path}: no label column (one of {', '.join(label_columns)}; columns: {', '.join(header)})")
         index_column = next((c for c in ("idx", "index", "id") if c in header), None)
         rows = _Rows(str(path), [], [], [])
         for position, (number, record) in enumerate(records):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,30 @@ def check_student_tokenizer(student: str, source: str, tokenizer: Any, trust_rem
                       f"{len(ours)} tokens; e.g. {examples}); teacher and student must share one vocabulary")
 
 
+@dataclass(frozen=True)
+class StudentInit:
+    """How a run's student was initialised: ``pretrained`` (a checkpoint), ``random``, or ``teacher``
+    (the embeddings and the listed 0-based ``layers`` of ``source``: the teacher, or the model given as
+    ``student_init_from``). ``chosen_by`` says whether the run chose it or the method's
+    ``default_student_init`` did (``student_init=auto``)."""
+
+    kind: str
+    chosen_by: str  # "run" | "method default" | "no teacher"
+    source: str | None = None
+    layers: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        copied = f" (layers {list(self.layers)} of {self.source})" if self.layers else ""
+        return f"{self.kind}{copied}, chosen by {self.chosen_by}"
+
+
 def build_student(plan: RunPlan, teacher: PreTrainedModel | None, tokenizer: Any) -> PreTrainedModel:
+    return build_student_with_init(plan, teacher, tokenizer)[0]
+
+
+def build_student_with_init(plan: RunPlan, teacher: PreTrainedModel | None,
+                            tokenizer: Any) -> tuple[PreTrainedModel, StudentInit]:
+    """The student, built and initialised, and how it was initialised (logged)."""
     config, spec = plan.config, plan.task.spec
     head_class = HEAD_CLASSES[spec.head]
     if plan.preset is None:
@@ -127,34 +151,38 @@ def build_student(plan: RunPlan, teacher: PreTrainedModel | None, tokenizer: Any
             raise ConfigError("student_init=teacher copies teacher layers into a preset shape; "
                               f"{config.student!r} is a checkpoint (use student_init=auto or pretrained)")
         student = load_model(config.student, spec.head, spec, trust_remote_code=config.trust_remote_code, role="student")
+        init = StudentInit("pretrained", "run", config.student)
     else:
         model_config = plan.preset.build_config(teacher.config if teacher is not None else None)
         for key, value in head_kwargs(spec, spec.head).items():
             setattr(model_config, key, value)
         model_config._attn_implementation = "sdpa"
         student = head_class.from_config(model_config)
-        init = config.student_init
-        if init == "auto":
-            init = plan.method.default_student_init if teacher is not None or config.student_init_from else "random"
-        if init == "teacher":
-            source, role = teacher, "teacher"
+        kind, chosen_by = config.student_init, "run"
+        if kind == "auto":
+            kind, chosen_by = ((plan.method.default_student_init, "method default")
+                               if teacher is not None or config.student_init_from else ("random", "no teacher"))
+        init = StudentInit(kind, chosen_by)
+        if kind == "teacher":
+            source, role = teacher, config.teacher
             if config.student_init_from:
                 source = load_model(config.student_init_from, spec.head, spec,
                                     trust_remote_code=config.trust_remote_code, role="student_init_from")
-                role = f"student_init_from {config.student_init_from}"
+                role = config.student_init_from
             if source is None:
                 raise ConfigError("student_init=teacher needs --teacher (or student_init_from=MODEL)")
             choice = config.student_layers if config.student_layers != "auto" else plan.method.default_student_layers
             layers = resolve_teacher_layers(choice, source.config.num_hidden_layers, model_config.num_hidden_layers)
             copy_teacher_weights(student, source, layers)
-            log.info("student initialised from the layers %s of the %s", layers, role)
+            init = StudentInit(kind, chosen_by, role, tuple(layers))
+    log.info("student initialisation: %s", init.describe())
     vocab = len(tokenizer)
     if student.config.vocab_size < vocab:
         raise ConfigError(f"student vocabulary ({student.config.vocab_size}) is smaller than the tokenizer's ({vocab})")
     if teacher is not None and teacher.config.vocab_size != student.config.vocab_size:
         raise ConfigError(f"teacher and student vocabularies differ ({teacher.config.vocab_size} vs "
                           f"{student.config.vocab_size}): distillation needs one tokenizer for both")
-    return student
+    return student, init
 
 
 def training_device() -> torch.device:

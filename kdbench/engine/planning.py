@@ -49,6 +49,7 @@ def plan_run(config: RunConfig) -> RunPlan:
     method_cls: type[Method] = METHODS.get(config.method)
     method = method_cls.from_overrides(config.method_params)
     task: Task = TASKS.get(config.task)
+    method.check_head(task.spec)
     if method_cls.requires_teacher and not config.teacher:
         raise ConfigError(f"method {method_cls.name!r} needs a teacher: give --teacher MODEL")
     preset = STUDENTS.get(config.student) if config.student in STUDENTS else None

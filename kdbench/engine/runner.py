@@ -8,6 +8,7 @@ checkpoint of the unfinished stage.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -174,6 +175,7 @@ def _execute_stages(plan: RunPlan, run_dir: Path, callbacks: Sequence[TrainerCal
     prepared = prepare_run(plan, training_device())
     data, teacher, distillation = prepared.data, prepared.teacher, prepared.distillation
     student = distillation.module.student
+    print(f"[kdbench] student initialisation: {distillation.student_init.describe()}", flush=True)
     stage_results = []
     for index, stage in enumerate(distillation.stages):
         stage_results.append(_run_stage(index, stage, distillation.module, teacher, distillation.teacher_order, task,
@@ -196,6 +198,7 @@ def _execute_stages(plan: RunPlan, run_dir: Path, callbacks: Sequence[TrainerCal
                  **{f"{s.name}_rows": len(s) for s in eval_splits},
                  **{f"{s.name}_skipped_rows": s.skipped_rows for s in eval_splits}},
         "model_dir": str(model_dir),
+        "student_init": dataclasses.asdict(distillation.student_init),
         "teacher_cache": prepared.teacher_cache.summary() if prepared.teacher_cache is not None else None,
     }
 

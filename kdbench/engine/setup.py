@@ -12,8 +12,8 @@ from transformers import AutoTokenizer, DataCollatorWithPadding, PreTrainedModel
 
 from kdbench.cache import TeacherCacheSession, add_index_columns
 from kdbench.config import ConfigError
-from kdbench.engine.models import (DistillationModule, build_student, check_student_tokenizer, load_model,
-                                   teacher_label_order)
+from kdbench.engine.models import (DistillationModule, StudentInit, build_student_with_init,
+                                   check_student_tokenizer, load_model, teacher_label_order)
 from kdbench.engine.planning import RunPlan
 from kdbench.engine.trainer import resolved_precision
 from kdbench.method import MethodContext, Stage
@@ -46,6 +46,7 @@ class Distillation:
     stages: list[Stage]
     context: MethodContext
     teacher_order: list[int] | None
+    student_init: StudentInit
 
 
 def load_data(plan: RunPlan) -> RunData:
@@ -84,7 +85,7 @@ def build_distillation(plan: RunPlan, teacher: PreTrainedModel | None, tokenizer
     method's extra modules and stages."""
     config, method, spec = plan.config, plan.method, plan.task.spec
     teacher_order = teacher_label_order(teacher, spec) if teacher is not None and method.requires_teacher else None
-    student = build_student(plan, teacher, tokenizer)
+    student, student_init = build_student_with_init(plan, teacher, tokenizer)
     student.to(device)
     if config.train.compile:
         student.compile()
@@ -94,7 +95,7 @@ def build_distillation(plan: RunPlan, teacher: PreTrainedModel | None, tokenizer
     method.initialize_student(student, teacher, context)
     extras = method.extra_modules(context).to(device)
     stages = method.stages(context)
-    return Distillation(DistillationModule(student, extras), stages, context, teacher_order)
+    return Distillation(DistillationModule(student, extras), stages, context, teacher_order, student_init)
 
 
 @dataclass

@@ -73,7 +73,7 @@ class DistillationTrainer(Trainer):
         outputs = model(**student_inputs)  # through the wrapper, so DDP synchronises gradients
         student_features = self.student_capture.collect(outputs)
         teacher_features = self.teacher_features(inputs) if self.teacher is not None else None
-        terms = self.stage.loss(inputs, student_features, teacher_features)
+        terms = self.stage.compute(inputs, student_features, teacher_features, self.model.extras)
         if not terms:
             raise RuntimeError(f"stage {self.stage.name!r} returned no loss terms")
         loss = torch.stack([value.float() for value in terms.values()]).sum()

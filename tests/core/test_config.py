@@ -37,7 +37,7 @@ def test_yaml_file_and_dotted_keys(tmp_path):
     ("epochs=0", "train.epochs: must be > 0, got 0.0"),
     ("max_seq_length=4", "train.max_seq_length: must be in [8, 8192], got 4"),
     ("precision=fp8", "train.precision: must be one of auto, fp32, bf16, fp16, got 'fp8'"),
-    ("on_bad_row=ignore", "data.on_bad_row: must be 'error' or 'skip', got 'ignore'"),
+    ("on_bad_row=ignore", "data.on_bad_row: must be one of error, skip, got 'ignore'"),
     ("train.batchsize=3", "unknown key train.batchsize='3'; did you mean 'batch_size'?"),
     ("student_init=magic", "student_init: must be one of auto, random, teacher, pretrained, got 'magic'"),
 ])

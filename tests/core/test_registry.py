@@ -48,3 +48,61 @@ def test_third_party_plugins_come_from_entry_points(tmp_path, monkeypatch):
     registry: Registry[object] = Registry("method", "kdbench.methods")
     assert registry.names() == ["my-method"]
     assert registry.get("my-method").name == "mine"
+
+
+def _entry_points_returning(monkeypatch, *points: EntryPoint) -> None:
+    monkeypatch.setattr(registry_module, "entry_points",
+                        lambda group: [p for p in points if p.group == group])
+
+
+def test_a_broken_plugin_is_skipped_with_a_warning_in_listings_and_named_when_used(tmp_path, monkeypatch, capsys):
+    (tmp_path / "good_plugin.py").write_text("class Good:\n    name = 'good'\n    description = 'works'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _entry_points_returning(monkeypatch,
+                            EntryPoint(name="good", value="good_plugin:Good", group="kdbench.methods"),
+                            EntryPoint(name="broken", value="no_such_module_xyz:Method", group="kdbench.methods"))
+    registry: Registry[object] = Registry("method", "kdbench.methods")
+    registry.register_lazy("builtin", "good_plugin:Good")
+    with pytest.warns(registry_module.PluginWarning, match="plug-in method 'broken' = 'no_such_module_xyz:Method'"):
+        listed = [name for name, _ in registry.loadable_items()]
+    assert listed == ["builtin", "good"]
+    with pytest.raises(registry_module.PluginLoadError, match="ModuleNotFoundError.*no_such_module_xyz"):
+        registry.get("broken")
+
+    # The command line: the listing goes on, the broken plug-in is one warning line on stderr.
+    import kdbench.plugins as plugins
+
+    monkeypatch.setattr(plugins, "METHODS", registry)
+    from kdbench.cli import main
+
+    assert main(["list", "methods"]) == 0
+    out, err = capsys.readouterr()
+    assert [line.split("\t")[0] for line in out.splitlines()] == ["builtin", "good"]
+    assert err.count("\n") == 1 and err.startswith("kdbench: warning: skipped: plug-in method 'broken'")
+
+
+@pytest.mark.parametrize("name", ["kd", "hinton", "KD"])
+def test_a_plugin_named_like_a_builtin_is_refused(name, monkeypatch):
+    _entry_points_returning(monkeypatch, EntryPoint(name=name, value="my_kd:Mine", group="kdbench.methods"))
+    registry: Registry[object] = Registry("method", "kdbench.methods")
+    registry.register_lazy("kd", "kdbench.methods.kd:HintonKD", aliases=("hinton",))
+    with pytest.raises(registry_module.PluginConflictError) as error:
+        registry.names()
+    message = str(error.value)
+    assert "\n" not in message and f"plug-in method {name!r} = 'my_kd:Mine'" in message
+    assert "the built-in method" in message and "rename it" in message
+
+
+def test_two_plugins_with_one_name_and_code_registering_a_taken_name_are_refused(monkeypatch):
+    _entry_points_returning(monkeypatch, EntryPoint(name="mine", value="a:M", group="kdbench.methods"),
+                            EntryPoint(name="mine", value="b:M", group="kdbench.methods"))
+    with pytest.raises(registry_module.PluginConflictError, match="name of a plug-in method 'mine'"):
+        Registry("method", "kdbench.methods").names()
+    registry: Registry[object] = Registry("method")
+    registry.register_lazy("kd", "kdbench.methods.kd:HintonKD")
+
+    class Impostor:
+        pass
+
+    with pytest.raises(registry_module.PluginConflictError, match="'kd' is already registered"):
+        registry.register("kd", Impostor)

@@ -117,8 +117,8 @@ def intermediate_case(method_name: str, task: TaskSpec, model_class: type, stude
     student, teacher = build(model_class, student_config, 1), build(model_class, teacher_config, 2)
     batch = padded_batch()
     with torch.no_grad():
-        terms = stage.loss(batch, capture(student, stage.student_features, batch),
-                           capture(teacher, stage.teacher_features, batch))
+        terms = stage.compute(batch, capture(student, stage.student_features, batch),
+                              capture(teacher, stage.teacher_features, batch), extras)
     return terms, extras, student, teacher, batch
 
 

@@ -71,7 +71,7 @@ def run_stage(stage, student, teacher, extras, steps: int, lr: float):
             s_features = s_cap.collect(student(**batch))
             with torch.no_grad():
                 t_features = t_cap.collect(teacher(**batch))
-            terms = stage.loss(batch, s_features, t_features)
+            terms = stage.compute(batch, s_features, t_features, extras)
             for name, value in terms.items():
                 history.setdefault(name, []).append(value.item())
             sum(terms.values()).backward()

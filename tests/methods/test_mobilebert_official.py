@@ -151,7 +151,7 @@ def stage_terms(strategy: str, **params):
     run = RunConfig(method="mobilebert", task="corpus", student="x", tokenizer=str(gt.get_model_path()))
     context = MethodContext(task=CORPUS_LIKE, student_config=student.config, teacher_config=teacher.config, run=run)
     method.validate(context)
-    method.extra_modules(context)
+    extras = method.extra_modules(context)
     batch = padded_batch()
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
     out = {}
@@ -160,7 +160,7 @@ def stage_terms(strategy: str, **params):
                 FeatureCapture(teacher, stage.teacher_features) as t_cap, torch.no_grad():
             s_features = s_cap.collect(student(**inputs))
             t_features = t_cap.collect(teacher(**inputs))
-        terms = stage.loss(batch, s_features, t_features)
+        terms = stage.compute(batch, s_features, t_features, extras)
         out[stage.name] = ({k: v.item() for k, v in terms.items()}, s_features, t_features)
     return out, batch
 

@@ -110,7 +110,7 @@ def test_intermediate_loss_equals_hand_sum_with_shared_projection():
     assert list(extras) == ["fit_dense"]
     W = extras["fit_dense"]
     s, t = features(2, D_S, seed=0), features(4, D_T, seed=1)
-    terms = m.stages(ctx)[0].loss({}, s, t)
+    terms = m.stages(ctx)[0].compute({}, s, t, extras)
     assert set(terms) == {"attn", "embd", "hidn"}
     # uniform 4 -> 2 (k = 2): hidden 0-0, 1-2, 2-4; attention 0-1, 1-3
     with torch.no_grad():
@@ -132,7 +132,7 @@ def test_projection_options_create_and_use_their_matrices(projection, names):
     extras = m.extra_modules(ctx)
     assert sorted(extras) == names
     s, t = features(2, D_S, seed=2), features(4, D_T, seed=3)
-    terms = m.stages(ctx)[0].loss({}, s, t)
+    terms = m.stages(ctx)[0].compute({}, s, t, extras)
     (terms["embd"] + terms["hidn"]).backward()
     for name in names:  # every matrix receives a gradient: it is really used
         assert extras[name].weight.grad is not None and extras[name].weight.grad.abs().sum() > 0
@@ -150,11 +150,11 @@ def test_shared_and_per_layer_differ_once_the_matrices_differ():
     with torch.no_grad():
         for name in e_layer:  # start every per-layer matrix equal to the shared one: same loss
             e_layer[name].load_state_dict(e_shared["fit_dense"].state_dict())
-        a = shared.stages(ctx)[0].loss({}, s, t)["hidn"].item()
-        b = per_layer.stages(ctx)[0].loss({}, s, t)["hidn"].item()
+        a = shared.stages(ctx)[0].compute({}, s, t, e_shared)["hidn"].item()
+        b = per_layer.stages(ctx)[0].compute({}, s, t, e_layer)["hidn"].item()
         assert a == pytest.approx(b)
         e_layer["hidden_2"].weight.mul_(2.0)
-        assert per_layer.stages(ctx)[0].loss({}, s, t)["hidn"].item() != pytest.approx(a)
+        assert per_layer.stages(ctx)[0].compute({}, s, t, e_layer)["hidn"].item() != pytest.approx(a)
 
 
 def test_projection_none_requires_equal_widths():
@@ -166,9 +166,10 @@ def test_projection_none_requires_equal_widths():
 def test_layer_weights_scale_each_layer():
     m = method(layer_weights="[0.5, 2.0, 0.0]", no_attn="false")
     ctx = context()
-    W = m.extra_modules(ctx)["fit_dense"]
+    extras = m.extra_modules(ctx)
+    W = extras["fit_dense"]
     s, t = features(2, D_S, seed=6), features(4, D_T, seed=7)
-    terms = m.stages(ctx)[0].loss({}, s, t)
+    terms = m.stages(ctx)[0].compute({}, s, t, extras)
     with torch.no_grad():
         assert terms["embd"].item() == pytest.approx(0.5 * F.mse_loss(W(s.hidden_states[0]), t.hidden_states[0]).item())
         assert terms["hidn"].item() == pytest.approx(2.0 * F.mse_loss(W(s.hidden_states[1]), t.hidden_states[2]).item())
@@ -186,9 +187,9 @@ def test_layer_weights_scale_each_layer():
 def test_ablation_switches_drop_their_terms(switch, expected):
     m = method(**{switch: "true"})
     ctx = context()
-    m.extra_modules(ctx)
+    extras = m.extra_modules(ctx)
     inter = m.stages(ctx)[0]
-    terms = inter.loss({}, features(2, D_S, seed=8), features(4, D_T, seed=9))
+    terms = inter.compute({}, features(2, D_S, seed=8), features(4, D_T, seed=9), extras)
     assert set(terms) == expected
     assert inter.student_features.attention_scores == ("attn" in expected)
 
@@ -254,7 +255,7 @@ def test_attention_term_on_captured_scores_ignores_padded_keys():
     ctx = MethodContext(task=context().task, student_config=student.config, teacher_config=teacher.config,
                         run=context().run)
     m.validate(ctx)
-    m.extra_modules(ctx)
+    extras = m.extra_modules(ctx)
     inter = m.stages(ctx)[0]
     inputs = {"input_ids": torch.tensor([[1, 5, 7, 2], [1, 9, 2, 0]]),
               "attention_mask": torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])}
@@ -262,7 +263,7 @@ def test_attention_term_on_captured_scores_ignores_padded_keys():
         with torch.no_grad():
             fs = cs.collect(student(**inputs))
             ft = ct.collect(teacher(**inputs))
-        loss = inter.loss(inputs, fs, ft)["attn"]
+        loss = inter.compute(inputs, fs, ft, extras)["attn"]
     assert (fs.attention_scores[0][1, :, :, 3] < -1000).all()  # the padded key carries the -10000 mask
     expected = 0.0
     for i, j in ((0, 1), (1, 3)):

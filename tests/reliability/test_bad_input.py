@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kdbench.config import ConfigError
+from kdbench.constraints import constraint_of
 from kdbench.plugins import METHODS, TABLES
 from kdbench.registry import UnknownNameError
 
@@ -64,55 +65,74 @@ def test_negative_loss_weight(tiny_world, tmp_path, capsys):
     assert not any(tmp_path.iterdir())
 
 
-def _signed_fields(method_cls) -> list[tuple[str, bool]]:
-    """(field, must_be_positive) for the fields of a method's Params named like a temperature or weight."""
-    from kdbench.method import _POSITIVE_NAMES, _WEIGHT_NAMES, _WEIGHT_PREFIXES, _WEIGHT_SUFFIXES
+_WEIGHT_LIKE = ("alpha", "beta", "gamma", "weight", "lambda")
 
+
+def _weight_or_temperature_fields(method_cls) -> list[tuple[str, bool]]:
+    """(field, is_temperature) for the built-in Params fields named like a temperature or a loss
+    weight: a completeness check that every such field declares its constraint."""
     found = []
     for field in dataclasses.fields(method_cls.Params):
         name = field.name.lower()
-        if any(p in name for p in _POSITIVE_NAMES):
+        if "temperature" in name:
             found.append((field.name, True))
-        elif name in _WEIGHT_NAMES or name.startswith(_WEIGHT_PREFIXES) or name.endswith(_WEIGHT_SUFFIXES):
+        elif any(part in name for part in _WEIGHT_LIKE) and field.name not in _NOT_WEIGHTS:
             found.append((field.name, False))
     return found
+
+
+# Named like weights but not loss weights: mixing proportions with their own declared ranges.
+_NOT_WEIGHTS = {"pd_alpha"}
 
 
 def test_every_method_rejects_negative_weights_and_non_positive_temperatures():
     checked = []
     for name in METHODS.names():
         method_cls = METHODS.get(name)
-        for field, positive in _signed_fields(method_cls):
-            bad_values = ["-1", "0"] if positive else ["-1"]
-            for bad in bad_values:
+        for field, is_temperature in _weight_or_temperature_fields(method_cls):
+            declared = next(f for f in dataclasses.fields(method_cls.Params) if f.name == field)
+            assert constraint_of(declared) is not None, f"{name}.{field} declares no constraint"
+            for bad in (["-1", "0"] if is_temperature else ["-1"]):
                 with pytest.raises(ConfigError) as caught:
                     method_cls.from_overrides({field: bad})
-                assert field in str(caught.value), str(caught.value)
+                assert field in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
                 checked.append(f"{name}.{field}={bad}")
     print(f"\n[bad-input] rejected: {', '.join(checked)}")
     assert any(c.startswith("kd.temperature") for c in checked) and any(c.startswith("kd.alpha") for c in checked)
 
 
-def test_generic_sign_check_covers_methods_without_their_own():
-    from kdbench.method import Method, NoParams  # noqa: F401
+def test_a_plugin_declares_its_constraints_and_from_overrides_enforces_them():
+    from kdbench.constraints import constrained, loss_weight, softmax_temperature
+    from kdbench.method import Method
 
     @dataclasses.dataclass
-    class Params:
-        temperature: float = 1.0
-        hidden_weight: float = 1.0
-        layer_weights: list[float] = dataclasses.field(default_factory=lambda: [1.0, 1.0])
-        lambda_attention: float = 0.5
-        shift: float = 0.0  # not a weight: may be negative
+    class ProbeParams:
+        temperature: float = softmax_temperature(1.0)
+        hidden_weight: float = loss_weight(1.0)
+        layer_weights: list[float] = loss_weight(default_factory=lambda: [1.0, 1.0])
+        mode: str = constrained("fast", choices=("fast", "slow"))
+        shift: float = 0.0  # nothing declared: may be negative, whatever its name would suggest
+        lambda_unchecked: float = 0.5  # no name guessing: an undeclared field is not checked
 
-    class Unchecked(Method):
-        name = "unchecked-probe"
+        def check_combination(self) -> None:
+            if self.mode == "slow" and self.hidden_weight == 0:
+                raise ConfigError("mode=slow needs hidden_weight > 0")
 
-    Unchecked.Params = Params
-    assert Unchecked.from_overrides({"shift": "-3"}).params.shift == -3.0
-    for key, value, rule in (("temperature", "0", "> 0"), ("hidden_weight", "-0.1", ">= 0"),
-                             ("layer_weights", "[1, -1]", ">= 0"), ("lambda_attention", "-2", ">= 0")):
-        with pytest.raises(ConfigError, match=rf"unchecked-probe: {key}=.* must be {rule}"):
-            Unchecked.from_overrides({key: value})
+    class Declared(Method):
+        name = "declared-probe"
+        Params = ProbeParams
+
+    assert Declared.from_overrides({"shift": "-3", "lambda_unchecked": "-1"}).params.shift == -3.0
+    for key, value, message in (
+            ("temperature", "0", "method declared-probe: temperature: must be > 0, got 0.0 (it divides the logits)"),
+            ("hidden_weight", "-0.1", "method declared-probe: hidden_weight: must be >= 0, got -0.1 (a loss weight)"),
+            ("layer_weights", "[1, -1]", "layer_weights: must be >= 0, got -1.0 in [1.0, -1.0] (a loss weight)"),
+            ("mode", "medium", "mode: must be one of fast, slow, got 'medium'")):
+        with pytest.raises(ConfigError) as caught:
+            Declared.from_overrides({key: value})
+        assert message in str(caught.value)
+    with pytest.raises(ConfigError, match="mode=slow needs hidden_weight > 0"):
+        Declared.from_overrides({"mode": "slow", "hidden_weight": "0"})
 
 
 # -- models ------------------------------------------------------------------------------------

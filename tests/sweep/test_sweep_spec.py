@@ -86,7 +86,8 @@ def test_stage_chain_seed_reference_and_run_dir_reference(tmp_path):
 
 
 @pytest.mark.parametrize("mutate, message", [
-    (lambda s: s.update(bogus=1), "unknown key(s) bogus"),
+    (lambda s: s.update(bogus=1), "sweep spec: unknown key bogus=1"),
+    (lambda s: s.update(grid=[1]), "sweep spec: grid: expected a mapping, got [1]"),
     (lambda s: s["grid"]["methods"]["kd"].update(teacher="${no-such-stage}"), "unknown reference ${no-such-stage}"),
     (lambda s: s["stages"].update(a={"method": "finetune", "task": "sst2", "student": "${b}"},
                                   b={"method": "finetune", "task": "sst2", "student": "${a}"})

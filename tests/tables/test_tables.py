@@ -149,6 +149,18 @@ def test_equal_specificity_is_an_error(run, runs_frame):
         build_table("tinybert-v5-table3", runs)
 
 
+def test_a_leaderboard_score_gets_no_measured_mean(run, runs_frame):
+    """MobileBERT Table 4's GLUE column is the leaderboard score (recompute: false): it is not a mean
+    of the row, so a mean of our dev cells must not appear under its header."""
+    tasks = {"cola": {"mcc": 50.0}, "sst2": {"acc": 90.0}, "mrpc": {"f1": 85.0}, "stsb": {"spearman": 80.0},
+             "qqp": {"f1": 70.0}, "mnli": {"acc": 80.0, "acc_mm": 81.0}, "qnli": {"acc": 88.0}, "rte": {"acc": 65.0}}
+    rows = [run("pkd", t, m, student="bert-6l-768") for t, m in tasks.items()]
+    table = build_table("mobilebert-table4", runs_frame(*rows))
+    assert _cell(table, "BERT_BASE-6L-PKD", "RTE") == "65.0"  # every averaged cell is measured ...
+    assert _cell(table, "BERT_BASE-6L-PKD", "GLUE") == MISSING  # ... and still no "GLUE" of ours
+    assert ("BERT_BASE-6L-PKD", "GLUE") not in table.measured
+
+
 def test_teacher_role_students_list_and_distilbert_macro_score(run, runs_frame, tmp_path):
     teacher_dir = tmp_path / "finetune-teacher"
     (teacher_dir / "model").mkdir(parents=True)
@@ -233,7 +245,17 @@ def test_bad_spec_errors_name_the_problem(tmp_path):
     with pytest.raises(TableError, match="run 'rte' must look like 'task/metric'"):
         load_spec(str(bad))
     bad.write_text("name: bad\npublished: pkd_table2_last_vs_skip.csv\ncolums: []\n")
-    with pytest.raises(TableError, match="unknown key.*'colums'"):
+    with pytest.raises(TableError, match="unknown key colums=.*did you mean 'columns'"):
+        load_spec(str(bad))
+    # Specs are built like run configs: declared field constraints and typed values, one line each.
+    bad.write_text("name: bad\npublished: pkd_table2_last_vs_skip.csv\ncolumns:\n  - {header: X, decimals: -1}\n")
+    with pytest.raises(TableError, match=r"bad.yaml: columns\[0\].decimals: must be >= 0, got -1"):
+        load_spec(str(bad))
+    bad.write_text("name: bad\nkind: cross-method\ntasks: [sst2, imdb]\n")
+    with pytest.raises(TableError, match="tasks: must be one of .*, got 'imdb' in"):
+        load_spec(str(bad))
+    bad.write_text("name: bad\ncolumns: []\n")
+    with pytest.raises(TableError, match="bad.yaml: published: missing"):
         load_spec(str(bad))
     bad.write_text("name: bad\npublished: pkd_table2_last_vs_skip.csv\ncolumns:\n  - {header: RTE, task: RTE, "
                    "metric: acc}\nrows:\n  - {key: x, model: No Such Model}\n")

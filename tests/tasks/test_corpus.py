@@ -11,7 +11,8 @@ import torch
 
 from kdbench.config import ConfigError, DataConfig, RunConfig, TrainConfig
 from kdbench.errors import DataError
-from kdbench.tasks.corpus import CORPUS, HubCorpus, MlmMasking, read_corpus, write_glue_corpus
+from kdbench.masking import MlmMasking
+from kdbench.tasks.corpus import CORPUS, HubCorpus, read_corpus, write_glue_corpus
 
 
 def _run(corpus: str, **data) -> RunConfig:

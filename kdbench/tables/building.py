@@ -1,0 +1,330 @@
+"""Building a table: published cells beside measured ones (mean ± std over seeds), with footnotes
+that account for every run that does not appear in a cell."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kdbench.tables.matching import assign_rows, canonical_method, normalise
+from kdbench.tables.published import PublishedValue, check_rows_exist, published_cell, read_published
+from kdbench.tables.specs import MAIN_METRICS, CrossMethodSpec, PaperAverage, TableError, TableSpec, load_spec
+
+MISSING = "–"  # an en dash: never 0
+UNCERTAIN_MARK = "†"
+
+
+@dataclass(frozen=True)
+class Measured:
+    mean: float
+    std: float | None  # None with one seed
+    n: int  # seeds
+    runs: int = 0  # runs behind the cell (> n: the best of several runs per seed was kept)
+
+    def format(self, decimals: int) -> str:
+        text = f"{self.mean:.{decimals}f}"
+        if self.std is not None:
+            text += f" ± {self.std:.{decimals}f}"
+        return text
+
+
+def aggregate(values: Sequence[tuple[Any, float]]) -> Measured | None:
+    """``(seed, value)`` pairs -> best value per seed, then mean and sample std over seeds."""
+    per_seed: dict[Any, float] = {}
+    for seed, value in values:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        key = seed if seed is not None and not (isinstance(seed, float) and math.isnan(seed)) else "?"
+        per_seed[key] = max(per_seed.get(key, -math.inf), float(value))
+    if not per_seed:
+        return None
+    numbers = list(per_seed.values())
+    runs = sum(1 for _, value in values if value is not None and not (isinstance(value, float) and math.isnan(value)))
+    mean = sum(numbers) / len(numbers)
+    if len(numbers) == 1:
+        return Measured(mean, None, 1, runs)
+    std = math.sqrt(sum((x - mean) ** 2 for x in numbers) / (len(numbers) - 1))
+    return Measured(mean, std, len(numbers), runs)
+
+
+def _run_metric(run: Mapping[str, Any], alternatives: Sequence[tuple[str, str]]) -> float | None:
+    task = normalise(run.get("task"))
+    for want_task, metric in alternatives:
+        if task == want_task:
+            value = run.get(f"metric.{metric}")
+            if value is not None and not (isinstance(value, float) and math.isnan(value)):
+                return float(value)
+    return None
+
+
+class Measurer:
+    """Model statistics of runs (``kdbench.measure.measure``), cached per (student, teacher)."""
+
+    def __init__(self, seq_len: int = 128, latency: bool = False, repeats: int = 3, throughput_batch: int = 32):
+        self.seq_len, self.latency, self.repeats, self.throughput_batch = seq_len, latency, repeats, throughput_batch
+        self._cache: dict[tuple[str, str], dict[str, float]] = {}
+
+    @staticmethod
+    def _config_source(path_value: Any) -> Path | None:
+        if not isinstance(path_value, str) or not path_value:
+            return None
+        path = Path(path_value)
+        for candidate in (path / "config.json", path / "model" / "config.json", path):
+            if candidate.is_file() and candidate.suffix == ".json":
+                return candidate
+        return None
+
+    def of_run(self, run: Mapping[str, Any]) -> dict[str, float]:
+        from kdbench import measure
+
+        student = self._config_source(run.get("run_dir")) or self._config_source(run.get("model_dir"))
+        if student is None:
+            return {}
+        teacher = self._config_source(run.get("teacher"))
+        key = (str(student.resolve()), str(teacher.resolve()) if teacher else "")
+        if key not in self._cache:
+            s_cfg = measure.as_config(student)
+            t_cfg = measure.as_config(teacher) if teacher else None
+            # identical architectures give identical numbers: cache by config text too
+            arch = (s_cfg.to_json_string(use_diff=False), t_cfg.to_json_string(use_diff=False) if t_cfg else "")
+            if arch not in self._cache:
+                self._cache[arch] = measure.measure(s_cfg, teacher=t_cfg, seq_len=self.seq_len, time_it=self.latency,
+                                                    repeats=self.repeats, warmup=1,
+                                                    throughput_batch=self.throughput_batch)
+            self._cache[key] = self._cache[arch]
+        return self._cache[key]
+
+
+@dataclass
+class Table:
+    """A rendered-ready table: ``header`` and ``rows`` of display strings, plus footnotes and the
+    numbers behind the measured cells (``measured[(row label, column header)] = Measured``)."""
+
+    name: str
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+    measured: dict[tuple[Any, str], Measured] = field(default_factory=dict)
+    label_columns: int = 2  # leading text columns (left-aligned); the rest are numbers
+
+
+def _published_text(value: PublishedValue | None) -> str:
+    if value is None:
+        return MISSING
+    return value.printed + (UNCERTAIN_MARK if value.uncertain else "")
+
+
+def _load_runs(runs: Any):
+    import pandas as pd
+
+    if runs is None:
+        return pd.DataFrame()
+    if isinstance(runs, pd.DataFrame):
+        return runs.reset_index(drop=True)
+    from kdbench.records import load_records
+
+    folders = [runs] if isinstance(runs, (str, Path)) else list(runs)
+    frames = [load_records(folder) for folder in folders]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _describe_run(run: Mapping[str, Any]) -> str:
+    label = run.get("label")
+    label = f" label={label}" if isinstance(label, str) and label else ""
+    return f"{run.get('method')}/{run.get('task')}/{_student_name(run)}{label}"
+
+
+def build_table(name: str | TableSpec | CrossMethodSpec, runs: Any = None, *, latency: bool = False,
+                measurer: Measurer | None = None) -> Table:
+    """Build table ``name`` from the published numbers and ``runs`` (a runs folder, a list of
+    folders, a records DataFrame or None for the published numbers alone)."""
+    spec = load_spec(name) if isinstance(name, str) else name
+    frame = _load_runs(runs)
+    measurer = measurer or Measurer(seq_len=spec.seq_len, latency=latency)
+    if isinstance(spec, CrossMethodSpec):
+        return _build_cross_method(spec, frame, measurer)
+    return _build_paper_table(spec, frame, measurer)
+
+
+def _build_paper_table(spec: TableSpec, runs, measurer: Measurer) -> Table:
+    check_rows_exist(spec)
+    by_row, unmatched = assign_rows(spec, runs)
+    headers = [c.header for c in spec.columns] + ([spec.average.header] if spec.average else [])
+    table = Table(spec.name, spec.title, ["Model", "Source", *headers], [])
+    for row in spec.rows:
+        if row.model is not None:
+            cells = [_published_text(published_cell(spec, row, c.task, c.metric)) for c in spec.columns]
+            if spec.average:
+                cells.append(_published_text(published_cell(spec, row, spec.average.task, spec.average.metric)))
+            table.rows.append([row.display, "paper", *cells])
+        indices = by_row.get(row.key, [])
+        measured_cells: dict[str, Measured | None] = {}
+        for col in spec.columns:
+            pairs: list[tuple[Any, float]] = []
+            for i in indices:
+                run = runs.loc[i]
+                if col.measure:
+                    value = measurer.of_run(run).get(col.measure)
+                else:
+                    value = _run_metric(run, col.run) if col.run else None
+                if value is not None:
+                    pairs.append((run.get("seed"), value))
+            measured_cells[col.header] = aggregate(pairs)
+            if measured_cells[col.header] is not None:
+                table.measured[(row.display, col.header)] = measured_cells[col.header]
+        cells = [measured_cells[c.header].format(c.decimals) if measured_cells[c.header] else MISSING
+                 for c in spec.columns]
+        if spec.average:
+            parts = [measured_cells.get(h) for h in spec.average.over]
+            # recompute: false -- the paper's number (e.g. a leaderboard score) is not a mean of the
+            # row, so no mean of our cells may stand under its header.
+            if spec.average.recompute and parts and all(p is not None for p in parts):
+                avg = Measured(sum(p.mean for p in parts) / len(parts), None, min(p.n for p in parts))
+                table.measured[(row.display, spec.average.header)] = avg
+                cells.append(avg.format(1))
+            else:
+                cells.append(MISSING)
+        table.rows.append([row.display, "ours", *cells])
+    table.notes.extend(_notes(spec, runs, unmatched))
+    _note_selection(table)
+    return table
+
+
+def _note_selection(table: Table) -> None:
+    selected = sorted(f"{' / '.join(row) if isinstance(row, tuple) else row}: {col}"
+                      for (row, col), m in table.measured.items() if m.runs > m.n)
+    if selected:
+        table.notes.append(f"{len(selected)} cell(s) keep the best dev score of several runs with the same seed "
+                           f"(hyper-parameter selection on dev, as the papers do): {', '.join(selected[:6])}"
+                           + (" ..." if len(selected) > 6 else ""))
+
+
+def _notes(spec: TableSpec, runs, unmatched: list[int]) -> list[str]:
+    notes = []
+    if spec.note:
+        notes.append(spec.note)
+    notes.append(f"paper: {spec.published} (results/published); ours: dev metrics of kdbench runs, "
+                 f"mean ± std over seeds; {MISSING} = not reported / not run; {UNCERTAIN_MARK} = uncertain "
+                 "transcription (see the CSV's note)")
+    if any(c.measure for c in spec.columns):
+        notes.append(f"ours' size/speed: kdbench.measure on the run's model config at sequence length "
+                     f"{spec.seq_len} (params incl. the W_h projection when the teacher is wider; "
+                     "speed-up measured on this machine vs the run's teacher, only with --latency)")
+    if len(runs):
+        notes += unfinished_notes(runs)
+        if unmatched:
+            names = sorted({_describe_run(runs.loc[i]) for i in unmatched})
+            shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
+            notes.append(f"{len(unmatched)} completed run(s) match no row of this table: {shown}")
+    return notes
+
+
+def _student_name(run: Mapping[str, Any], field: str = "student") -> str:
+    student = run.get(field)
+    if not isinstance(student, str) or not student:
+        return MISSING
+    path = Path(student)
+    if path.name == "model" and path.parent.name:
+        return path.parent.name
+    return path.name if "/" in student else student
+
+
+def _teacher_role(run: Mapping[str, Any]) -> str:
+    """The teacher's role: the sweep stage that made it (one fine-tuned teacher per task, one role),
+    else its folder or name."""
+    from kdbench.sweep import stage_role
+
+    return stage_role(run.get("teacher")) or _student_name(run, "teacher")
+
+
+def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer) -> Table:
+    import pandas as pd
+
+    completed = runs[runs["status"] == "completed"] if len(runs) and "status" in runs else pd.DataFrame()
+    present = set(completed["task"].map(normalise)) if len(completed) else set()
+    tasks = [t for t in spec.tasks if t in present or (t == "mnli-mm" and "mnli" in present)]
+    headers = [MAIN_METRICS[t][0] for t in tasks]
+    avg_over = [MAIN_METRICS[t][0] for t in spec.glue_average_over if t in tasks]
+    header = ["Method", "Student", "Teacher", *headers, "Avg (ours)", "Paper avg", "Params (M)", "FLOPs (G)",
+              "Speed-up"]
+    table = Table(spec.name, spec.title, header, [], label_columns=3)
+    if len(completed):
+        groups: dict[tuple[str, str, str, str], list[int]] = {}
+        for index, run in completed.iterrows():
+            label = run.get("label") if isinstance(run.get("label"), str) else ""
+            key = (canonical_method(run.get("method")), _student_name(run), label or "", _teacher_role(run))
+            groups.setdefault(key, []).append(index)
+        for (method, student, label, teacher), indices in sorted(groups.items()):
+            display = f"{method} [{label}]" if label else method
+            cells: list[str] = []
+            means: dict[str, Measured] = {}
+            for task in tasks:
+                metric = MAIN_METRICS[task][1]
+                alternatives = [("mnli", "acc_mm"), ("mnli-mm", "acc_mm")] if task == "mnli-mm" else [(task, metric)]
+                pairs = [(runs.loc[i].get("seed"), _run_metric(runs.loc[i], alternatives)) for i in indices]
+                m = aggregate([(s, v) for s, v in pairs if v is not None])
+                if m is not None:
+                    means[MAIN_METRICS[task][0]] = m
+                    table.measured[((display, student, teacher), MAIN_METRICS[task][0])] = m
+                cells.append(m.format(1) if m else MISSING)
+            if avg_over and all(h in means for h in avg_over):
+                avg = sum(means[h].mean for h in avg_over) / len(avg_over)
+                table.measured[((display, student, teacher), "Avg (ours)")] = Measured(avg, None, 1)
+                cells.append(f"{avg:.1f}")
+            else:
+                cells.append(MISSING)
+            cells.append(_paper_average_text(spec.paper_averages.get(method)))
+            stats = [measurer.of_run(runs.loc[i]) for i in indices]
+            stats = next((s for s in stats if s), {})
+            for key, fmt in (("params_millions", "{:.1f}"), ("flops_billions", "{:.2f}"), ("speedup_x", "{:.1f}x"),
+                             ("latency_ms", None)):
+                value = stats.get(key)
+                if fmt is not None:
+                    cells.append(fmt.format(value) if value is not None else MISSING)
+                if value is not None:
+                    table.measured[((display, student, teacher), key)] = Measured(float(value), None, 1)
+            table.rows.append([display, student, teacher, *cells])
+    if spec.note:
+        table.notes.append(spec.note)
+    table.notes.append(
+        f"ours: dev metrics (MRPC/QQP F1, STS-B Spearman, CoLA MCC, SQuAD F1, others accuracy), mean ± std over "
+        f"seeds; Avg (ours) = mean over {', '.join(avg_over) or 'no GLUE task'} (MNLI-m and -mm both counted), "
+        f"only when all were run; {MISSING} = not run")
+    table.notes.append(f"Params/FLOPs: kdbench.measure at sequence length {spec.seq_len}; Speed-up: measured "
+                       "throughput ratio vs the run's teacher at batch 32 on this machine (only with --latency)")
+    if len(runs):
+        table.notes += unfinished_notes(runs)
+    _note_selection(table)
+    return table
+
+
+def _paper_average_text(ref: PaperAverage | None) -> str:
+    if ref is None:
+        return MISSING
+    frame = read_published(ref.published)
+    hit = frame[(frame["model"] == ref.model) & (frame["task"] == ref.task) & (frame["metric"] == ref.metric)]
+    if len(hit) != 1:
+        raise TableError(f"paper average {ref.label!r}: {len(hit)} rows in {ref.published} for "
+                         f"{ref.model}/{ref.task}/{ref.metric} (need exactly 1)")
+    return f"{hit.iloc[0]['printed']} ({ref.label})"
+
+
+def unfinished_notes(runs: Any) -> list[str]:
+    """Footnotes for runs not shown: failures of the method, and runs the user interrupted (which
+    resume when run again, so they are not counted as failures)."""
+    if "status" not in runs:
+        return []
+    status = runs["status"]
+    notes = []
+    failed = int(((status != "completed") & (status != "interrupted")).sum())
+    interrupted = int((status == "interrupted").sum())
+    if failed:
+        notes.append(f"{failed} failed run(s) not shown")
+    if interrupted:
+        notes.append(f"{interrupted} interrupted run(s) not shown (resumable)")
+    return notes

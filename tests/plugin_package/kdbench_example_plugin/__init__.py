@@ -1,0 +1,1 @@
+"""An example kdbench plug-in package (see tests/plugin_package/pyproject.toml)."""

@@ -10,17 +10,21 @@ Inside a folder, each field is one ``.npy`` array whose first axis is the exampl
 ``kd_index`` column the engine adds to the training set), so rows line up with shuffled,
 length-grouped batches:
 
-- small fields, always cached: ``logits`` (N, C) and span ``start_logits``/``end_logits``
-  (N, max_length);
-- large fields, cached only when they fit ``budget_mb``: ``hidden_states`` (N, layers+1,
-  max_length, d) — [CLS] vectors are their first token — and pre-softmax ``attention_scores``
-  (N, layers, heads, max_length, max_length), stored in float32.
+- small fields, always cached, float32: ``logits`` (N, C) and span ``start_logits``/``end_logits``
+  (N, L);
+- large fields, one file per teacher layer, only the layers a stage reads (its request's
+  ``hidden_layers`` / ``attention_layers``), cached when they fit ``budget_mb``:
+  ``hidden_states.<i>`` (N, L, d) — [CLS] vectors are their first token — and pre-softmax
+  ``attention_scores.<i>`` (N, heads, L, L), stored in ``storage`` precision (float16 by default;
+  bfloat16 is kept as its raw 16 bits; float32 on request). A later stage that reads other layers
+  adds their files to the same folder.
 
-Fields with a sequence axis are computed on batches padded to ``max_length`` and sliced to a
-batch's padded length on lookup. Padded keys carry -10000 (scores) or zero probability, so the
-value at a real position does not depend on how far a batch is padded; positions past an
-example's end hold what the teacher computes there (the same as a live forward, up to float
-rounding).
+``L`` is the longest tokenised example of the training set (at most ``max_length``): batches are
+padded to their longest row, so no batch is ever longer. Fields with a sequence axis are computed
+on batches padded to ``L`` and sliced to a batch's padded length on lookup. Padded keys carry
+-10000 (scores) or zero probability, so the value at a real position does not depend on how far a
+batch is padded; positions past an example's end hold what the teacher computes there (the same as
+a live forward, up to float rounding and the storage precision).
 """
 
 from __future__ import annotations
@@ -43,12 +47,31 @@ CACHE_ENV = "KDBENCH_CACHE_DIR"
 EXAMPLE_INDEX = "kd_index"  # training-set column: the row's position in the cached arrays
 LENGTH_COLUMN = "length"  # training-set column read by Trainer's group_by_length sampler
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 SMALL_FIELDS = ("logits", "start_logits", "end_logits")
-LARGE_FIELDS = ("hidden_states", "attention_scores")
-SEQUENCE_FIELDS = {"start_logits": (1,), "end_logits": (1,), "hidden_states": (2,), "attention_scores": (3, 4)}
+LARGE_FIELDS = ("hidden_states", "attention_scores")  # stored one file per layer: "<field>.<layer>"
+SEQUENCE_FIELDS = ("start_logits", "end_logits")  # small fields with a sequence axis (axis 1)
 MODEL_INPUT_COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
+STORAGE_DTYPES = ("float16", "bfloat16", "float32")  # precision of the large fields on disk
+_STORAGE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+
+def layer_field(kind: str, layer: int) -> str:
+    """The cache field of one layer of a large feature, e.g. ``attention_scores.3``."""
+    return f"{kind}.{layer}"
+
+
+def split_field(name: str) -> tuple[str, int | None]:
+    """``"hidden_states.2"`` -> ``("hidden_states", 2)``; a small field -> ``(name, None)``."""
+    kind, _, layer = name.partition(".")
+    return (kind, int(layer)) if layer else (name, None)
+
+
+def large_fields(request: Any, num_layers: int) -> tuple[str, ...]:
+    """The per-layer fields a teacher request reads (attention probabilities come from the scores)."""
+    return (*(layer_field("hidden_states", i) for i in request.hidden_indices(num_layers)),
+            *(layer_field("attention_scores", i) for i in request.attention_indices(num_layers)))
 
 
 def default_cache_root() -> Path:
@@ -107,6 +130,7 @@ class CacheKey:
     max_length: int
     augmentation: str = "none"  # e.g. the augmentation recipe and its seed; "none" for original data
     precision: str = "fp32"  # the teacher's compute precision (bf16 outputs differ from fp32)
+    storage: str = "float16"  # precision of hidden states and attention scores on disk
 
     def digest(self) -> str:
         canonical = json.dumps({"format": FORMAT_VERSION, **asdict(self)}, sort_keys=True)
@@ -158,7 +182,8 @@ class TeacherOutputCache:
             with temporary.open("wb") as handle:
                 np.save(handle, np.ascontiguousarray(array))
             os.replace(temporary, self.folder / file_name)
-            manifest["fields"][name] = {"file": file_name, "shape": list(array.shape), "dtype": str(array.dtype),
+            dtype = self.key.storage if split_field(name)[1] is not None else str(array.dtype)
+            manifest["fields"][name] = {"file": file_name, "shape": list(array.shape), "dtype": dtype,
                                         "bytes": int(array.nbytes), "seconds": round(seconds, 3)}
         temporary = self.folder / f".{MANIFEST}.{os.getpid()}.tmp"
         temporary.write_text(json.dumps(manifest, indent=1))
@@ -177,8 +202,11 @@ class CachePlan:
     fields: tuple[str, ...] = ()
     reason: str = ""
     hit: bool = False  # every field was already on disk before this stage
+    hit_rate: float = 0.0  # share of the stage's cached bytes that were on disk before it started
     precompute_seconds: float = 0.0
     bytes: int = 0
+    bytes_per_example: float = 0.0
+    storage: str = ""  # precision of the large fields on disk ("" when the stage reads none)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -193,20 +221,19 @@ def output_fields(head: str) -> tuple[str, ...]:
     return ()
 
 
-def estimate_large_bytes(request: Any, num_rows: int, max_length: int, teacher_config: Any) -> dict[str, int]:
-    """Bytes the large fields of ``request`` would take on disk (float32)."""
+def estimate_large_bytes(request: Any, num_rows: int, length: int, teacher_config: Any,
+                         storage: str = "float16") -> dict[str, int]:
+    """Bytes on disk of each per-layer field ``request`` reads, for ``num_rows`` examples of ``length`` tokens."""
+    width = _STORAGE_BYTES[storage]
     layers = int(teacher_config.num_hidden_layers)
-    sizes: dict[str, int] = {}
-    if request.hidden_states:
-        sizes["hidden_states"] = num_rows * (layers + 1) * max_length * int(teacher_config.hidden_size) * 4
-    if request.attention_scores or request.attention_probs:
-        heads = int(teacher_config.num_attention_heads)
-        sizes["attention_scores"] = num_rows * layers * heads * max_length * max_length * 4
-    return sizes
+    per_field = {"hidden_states": length * int(teacher_config.hidden_size),
+                 "attention_scores": int(teacher_config.num_attention_heads) * length * length}
+    return {name: num_rows * per_field[split_field(name)[0]] * width for name in large_fields(request, layers)}
 
 
 def plan_stage(stage_name: str, request: Any, head: str, *, enabled: bool, transforms_batch: bool,
-               num_rows: int, max_length: int, teacher_config: Any, budget_mb: float) -> CachePlan:
+               num_rows: int, max_length: int, teacher_config: Any, budget_mb: float,
+               storage: str = "float16") -> CachePlan:
     if not enabled:
         return CachePlan(stage_name, "live", reason="teacher_cache=false")
     if transforms_batch:
@@ -215,12 +242,14 @@ def plan_stage(stage_name: str, request: Any, head: str, *, enabled: bool, trans
     if not fields:
         return CachePlan(stage_name, "live", reason=f"head {head!r} has no small output to cache")
     if request.any:
-        sizes = estimate_large_bytes(request, num_rows, max_length, teacher_config)
+        sizes = estimate_large_bytes(request, num_rows, max_length, teacher_config, storage)
         total = sum(sizes.values())
         if total > budget_mb * 2**20:
             return CachePlan(stage_name, "live", reason=f"intermediate features need {total / 2**20:.1f} MB "
-                                                        f"> teacher_cache_budget_mb={budget_mb:g}; recomputed")
-        fields = (*fields, *sizes)
+                                                        f"({total / max(1, num_rows) / 2**20:.3f} MB per example in "
+                                                        f"{storage}) > teacher_cache_budget_mb={budget_mb:g}; "
+                                                        "recomputed")
+        return CachePlan(stage_name, "cache", fields=(*fields, *sizes), storage=storage)
     return CachePlan(stage_name, "cache", fields=fields)
 
 
@@ -228,22 +257,28 @@ def plan_stage(stage_name: str, request: Any, head: str, *, enabled: bool, trans
 # Filling the cache: one teacher pass over the training set
 # ---------------------------------------------------------------------------------------------
 def compute_teacher_outputs(teacher: Any, dataset: Any, collate: Any, fields: tuple[str, ...], *, batch_size: int,
-                            max_length: int, device: Any, autocast_dtype: Any = None) -> dict[str, np.ndarray]:
+                            max_length: int, device: Any, autocast_dtype: Any = None,
+                            storage: str = "float16") -> dict[str, np.ndarray]:
     """Run ``teacher`` (eval, no grad) over ``dataset`` and return the requested fields by row.
 
     Rows are visited sorted by length so batches carry little padding; fields with a sequence axis
-    are computed on batches padded to ``max_length``.
+    are computed on batches padded to the longest row (at most ``max_length``). Per-layer fields
+    come back in ``storage`` precision (bfloat16 as its raw bits, dtype uint16).
     """
     import torch
 
     from kdbench.capture import FeatureCapture
     from kdbench.features import FeatureRequest
 
-    want_sequences = any(name in SEQUENCE_FIELDS for name in fields)
-    request = FeatureRequest(hidden_states="hidden_states" in fields, attention_scores="attention_scores" in fields)
+    hidden = tuple(layer for kind, layer in map(split_field, fields) if kind == "hidden_states")
+    attention = tuple(layer for kind, layer in map(split_field, fields) if kind == "attention_scores")
+    want_sequences = bool(hidden or attention) or any(name in SEQUENCE_FIELDS for name in fields)
+    request = FeatureRequest(hidden_states=bool(hidden), attention_scores=bool(attention),
+                             hidden_layers=hidden or None, attention_layers=attention or None)
     columns = [c for c in MODEL_INPUT_COLUMNS if c in dataset.column_names]
     rows = dataset.select_columns(columns).to_list()  # one conversion, not one per row
     lengths = np.asarray([len(row["input_ids"]) for row in rows])
+    pad_length = min(max_length, int(lengths.max()))
     order = np.argsort(-lengths, kind="stable")
     out: dict[str, np.ndarray] = {}
     was_training = teacher.training
@@ -255,17 +290,16 @@ def compute_teacher_outputs(teacher: Any, dataset: Any, collate: Any, fields: tu
                 chosen = order[start:start + batch_size]
                 batch = collate([rows[i] for i in chosen])
                 if want_sequences:
-                    batch = _pad_to(batch, max_length)
+                    batch = _pad_to(batch, pad_length)
                 batch = {k: v.to(device) for k, v in batch.items()}
                 context = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else _null()
                 with context:
                     result = teacher(**batch)
                 features = capture.collect(result)
                 for name in fields:
-                    value = _field_value(features, name)
-                    array = value.float().cpu().numpy()
+                    array = _to_storage(_field_value(features, name), storage if "." in name else "float32")
                     if name not in out:
-                        out[name] = np.zeros((len(order), *array.shape[1:]), dtype=np.float32)
+                        out[name] = np.zeros((len(order), *array.shape[1:]), dtype=array.dtype)
                     out[name][chosen] = array
     finally:
         capture.remove()
@@ -274,14 +308,32 @@ def compute_teacher_outputs(teacher: Any, dataset: Any, collate: Any, fields: tu
 
 
 def _field_value(features: Any, name: str) -> Any:
-    import torch
-
-    if name in ("hidden_states", "attention_scores"):
-        return torch.stack(getattr(features, name), dim=1)
+    kind, layer = split_field(name)
+    if layer is not None:
+        return getattr(features, kind)[layer]
     value = getattr(features, name)
     if value is None:
         raise ValueError(f"the teacher's outputs have no {name!r}")
     return value
+
+
+def _to_storage(value: Any, storage: str) -> np.ndarray:
+    """A tensor as a numpy array in ``storage`` precision; numpy has no bfloat16, so its 16 bits go as uint16."""
+    import torch
+
+    if storage == "bfloat16":
+        return value.to(torch.bfloat16).cpu().view(torch.int16).numpy().view(np.uint16)
+    return value.to(getattr(torch, storage)).cpu().numpy()
+
+
+def _from_storage(array: np.ndarray, storage: str, device: Any) -> Any:
+    """The inverse of :func:`_to_storage`, as a float32 tensor on ``device``."""
+    import torch
+
+    tensor = torch.from_numpy(array)
+    if storage == "bfloat16":
+        tensor = tensor.view(torch.bfloat16)
+    return tensor.to(device).float()
 
 
 def _pad_to(batch: dict[str, Any], length: int) -> dict[str, Any]:
@@ -319,19 +371,21 @@ class CachedTeacher:
     tensors: dict[str, Any]
     mapped: dict[str, np.ndarray] = field(default_factory=dict)
     probs_wanted: bool = True
+    num_layers: int = 0  # the teacher's: feature tuples keep its full indexing, None where not cached
+    storage: str = "float16"
 
     @classmethod
-    def open(cls, cache: TeacherOutputCache, fields: tuple[str, ...], device: Any,
-             probs_wanted: bool = True) -> CachedTeacher:
+    def open(cls, cache: TeacherOutputCache, fields: tuple[str, ...], device: Any, probs_wanted: bool = True,
+             num_layers: int = 0) -> CachedTeacher:
         import torch
 
         tensors, mapped = {}, {}
         for name in fields:
-            if name in LARGE_FIELDS:
+            if split_field(name)[1] is not None:
                 mapped[name] = cache.load(name, mmap=True)
             else:
                 tensors[name] = torch.from_numpy(cache.load(name)).to(device)
-        return cls(tensors, mapped, probs_wanted)
+        return cls(tensors, mapped, probs_wanted, num_layers, cache.key.storage)
 
     def features(self, index: Any, attention_mask: Any) -> Any:
         import torch
@@ -343,20 +397,23 @@ class CachedTeacher:
         for name, table in self.tensors.items():
             value = table.index_select(0, index.to(table.device))
             found[name] = value[:, :length] if name in SEQUENCE_FIELDS else value
+        layers: dict[str, dict[int, Any]] = {"hidden_states": {}, "attention_scores": {}}
         if self.mapped:
             rows = index.cpu().numpy()
             for name, table in self.mapped.items():
-                # One gather that copies only the batch's length, not the max_length the cache was padded to.
-                value = table[rows, :, :length] if name == "hidden_states" else table[rows, :, :, :length, :length]
-                found[name] = torch.from_numpy(np.ascontiguousarray(value)).to(attention_mask.device)
+                kind, layer = split_field(name)
+                # One gather per layer that copies only the batch's length, not the length the cache was padded to.
+                value = table[rows, :length] if kind == "hidden_states" else table[rows, :, :length, :length]
+                layers[kind][layer] = _from_storage(np.ascontiguousarray(value), self.storage, attention_mask.device)
         features = Features(logits=found.get("logits"), start_logits=found.get("start_logits"),
                             end_logits=found.get("end_logits"), attention_mask=attention_mask)
-        if "hidden_states" in found:
-            features.hidden_states = tuple(found["hidden_states"].unbind(1))
-        if "attention_scores" in found:
-            features.attention_scores = tuple(found["attention_scores"].unbind(1))
+        if layers["hidden_states"]:
+            features.hidden_states = tuple(layers["hidden_states"].get(i) for i in range(self.num_layers + 1))
+        if layers["attention_scores"]:
+            features.attention_scores = tuple(layers["attention_scores"].get(i) for i in range(self.num_layers))
             if self.probs_wanted:
-                features.attention_probs = tuple(torch.softmax(s, dim=-1) for s in features.attention_scores)
+                features.attention_probs = tuple(None if s is None else torch.softmax(s, dim=-1)
+                                                 for s in features.attention_scores)
         return features
 
 
@@ -371,12 +428,17 @@ def prepare_cached_teacher(plan: CachePlan, cache: TeacherOutputCache, teacher: 
     if missing:
         started = time.perf_counter()
         arrays = compute_teacher_outputs(teacher, dataset, collate, missing, batch_size=batch_size,
-                                         max_length=max_length, device=device, autocast_dtype=autocast_dtype)
+                                         max_length=max_length, device=device, autocast_dtype=autocast_dtype,
+                                         storage=cache.key.storage)
         plan.precompute_seconds = round(time.perf_counter() - started, 3)
         cache.write(arrays, plan.precompute_seconds)
     manifest = cache.manifest()["fields"]
-    plan.bytes = int(sum(manifest[name]["bytes"] for name in plan.fields))
-    return CachedTeacher.open(cache, plan.fields, device, probs_wanted)
+    sizes = {name: int(manifest[name]["bytes"]) for name in plan.fields}
+    plan.bytes = sum(sizes.values())
+    plan.hit_rate = round(sum(size for name, size in sizes.items() if name not in missing) / max(1, plan.bytes), 4)
+    plan.bytes_per_example = round(plan.bytes / max(1, dataset.num_rows), 1)
+    return CachedTeacher.open(cache, plan.fields, device, probs_wanted,
+                              num_layers=int(teacher.config.num_hidden_layers))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -416,6 +478,7 @@ class TeacherCacheSession:
     precision: str  # resolved: fp32, bf16 or fp16
     enabled: bool = True
     budget_mb: float = 0.0
+    storage: str = "float16"
     augmentation: str = "none"
     epochs: float = 1.0  # the run's epochs (a stage may override them)
     max_steps: int = -1
@@ -430,13 +493,15 @@ class TeacherCacheSession:
         return cls(teacher=teacher, dataset=dataset, collate=collate, device=device, head=head,
                    max_length=run.train.max_seq_length, batch_size=run.train.eval_batch_size, precision=precision,
                    enabled=run.train.teacher_cache, budget_mb=run.train.teacher_cache_budget_mb,
+                   storage=run.train.teacher_cache_dtype,
                    epochs=run.train.epochs, max_steps=run.train.max_steps,
                    examples_per_step=run.train.batch_size * run.train.grad_accum)
 
     def cache(self) -> TeacherOutputCache:
         if self._cache is None:
             key = CacheKey(teacher=teacher_fingerprint(self.teacher), dataset=dataset_fingerprint(self.dataset),
-                           max_length=self.max_length, augmentation=self.augmentation, precision=self.precision)
+                           max_length=self.max_length, augmentation=self.augmentation, precision=self.precision,
+                           storage=self.storage)
             self._cache = TeacherOutputCache(self.root, key)
         return self._cache
 
@@ -446,7 +511,8 @@ class TeacherCacheSession:
 
         plan = plan_stage(stage.name, stage.teacher_features, self.head, enabled=self.enabled,
                           transforms_batch=stage.prepare_batch is not None, num_rows=self.dataset.num_rows,
-                          max_length=self.max_length, teacher_config=self.teacher.config, budget_mb=self.budget_mb)
+                          max_length=self.longest(), teacher_config=self.teacher.config, budget_mb=self.budget_mb,
+                          storage=self.storage)
         self.plans.append(plan)
         if plan.source == "cache" and self.passes(stage) < 1 and not all(self.cache().has(n) for n in plan.fields):
             # Filling the cache costs one teacher pass over the whole set: more than a short stage needs.
@@ -459,6 +525,12 @@ class TeacherCacheSession:
                                       batch_size=self.batch_size, max_length=self.max_length, device=self.device,
                                       autocast_dtype=autocast, probs_wanted=stage.teacher_features.attention_probs)
 
+    def longest(self) -> int:
+        """The padded length of the cached sequence fields: the longest training row, at most max_length."""
+        if LENGTH_COLUMN in self.dataset.column_names and self.dataset.num_rows:
+            return min(self.max_length, int(np.max(self.dataset.with_format("numpy")[LENGTH_COLUMN])))
+        return self.max_length
+
     def passes(self, stage: Any) -> float:
         """How many times the stage reads the training set."""
         if self.max_steps > 0:
@@ -469,9 +541,16 @@ class TeacherCacheSession:
 
     def summary(self) -> dict[str, Any]:
         used = any(plan.source == "cache" for plan in self.plans)
+        cached_bytes = sum(plan.bytes for plan in self.plans if plan.source == "cache")
         return {
             "enabled": self.enabled,
             "budget_mb": self.budget_mb,
+            "storage": self.storage,
+            # Over every stage that reads the cache: bytes per training example, and the share of them
+            # that was already on disk when the stage started (1.0: no teacher pass was needed).
+            "bytes_per_example": round(cached_bytes / max(1, self.dataset.num_rows), 1) if used else None,
+            "hit_rate": round(sum(plan.bytes * plan.hit_rate for plan in self.plans if plan.source == "cache")
+                              / max(1, cached_bytes), 4) if used else None,
             "folder": str(self._cache.folder) if used and self._cache else None,
             "key": asdict(self._cache.key) if used and self._cache else None,
             "stages": [plan.to_dict() for plan in self.plans],

@@ -72,6 +72,8 @@ class TrainConfig:
     keep_checkpoints: str = constrained("last", choices=KEEP_CHECKPOINTS)
     # Experiment trackers (kdbench.tracking): none | all | tensorboard,wandb,mlflow,...; changes no result either.
     report_to: str | list[str] = "none"
+    # float16 | bfloat16 | float32: the precision of cached hidden states / attention maps on disk
+    teacher_cache_dtype: str = constrained("float16", choices=("float16", "bfloat16", "float32"))
 
     def check_combination(self) -> None:
         from kdbench.tracking import report_targets
@@ -94,7 +96,8 @@ class DataConfig:
         return Path(chosen).expanduser() if chosen else None
 
 
-SPEED_ONLY_TRAIN_KEYS = ("compile", "teacher_cache", "teacher_cache_budget_mb", "checkpoint_minutes", "keep_checkpoints",
+SPEED_ONLY_TRAIN_KEYS = ("compile", "teacher_cache", "teacher_cache_budget_mb", "teacher_cache_dtype", "checkpoint_minutes",
+                         "keep_checkpoints",
                          "report_to")
 
 

@@ -55,7 +55,7 @@ from torch import Tensor, nn
 
 from kdbench.config import ConfigError
 from kdbench.constraints import constrained, loss_weight, softmax_temperature
-from kdbench.features import ATTENTION_SCORES, HIDDEN, NO_FEATURES, Features
+from kdbench.features import FeatureRequest, Features
 from kdbench.layer_maps import LayerMapping, LayerMatch, tinybert_mapping
 from kdbench.losses import hidden_mse_loss, regression_mse_loss, soft_cross_entropy, tinybert_attention_loss
 from kdbench.method import Method, MethodContext, Stage
@@ -242,11 +242,14 @@ class TinyBERT(Method):
         embedding_pairs = [m for m in mapping.hidden if m.student == 0] if p.use_embedding else []
         hidden_pairs = [m for m in mapping.hidden if m.student > 0] if p.use_hidden else []
         attention_pairs = list(mapping.attention) if p.use_attention else []
-        request = NO_FEATURES
-        if embedding_pairs or hidden_pairs:
-            request = request | HIDDEN
-        if attention_pairs:
-            request = request | ATTENTION_SCORES
+        # Each model is asked for the layers the mapping reads, no more: the teacher records (and
+        # caches) only its mapped layers, and its other layers keep SDPA.
+        hidden_matches = embedding_pairs + hidden_pairs
+
+        def request_of(side: str) -> FeatureRequest:
+            return FeatureRequest(hidden_states=bool(hidden_matches), attention_scores=bool(attention_pairs),
+                                  hidden_layers=tuple(getattr(m, side) for m in hidden_matches),
+                                  attention_layers=tuple(getattr(m, side) for m in attention_pairs))
 
         def loss(batch: Any, student: Features, teacher: Features | None, extras: nn.ModuleDict) -> dict[str, Tensor]:
             assert teacher is not None
@@ -265,8 +268,8 @@ class TinyBERT(Method):
             return terms
 
         # The head is not trained here, so dev scores mean nothing: keep the last state.
-        return Stage(name, loss, student_features=request, teacher_features=request, epochs=epochs, lr=lr,
-                     select_best=False, optimization=optimization, uses_extras=True)
+from kdbench.constraints import constrained, loss_weight, softmax_temperature
+from kdbench.features import FeatureRequest, Features
 
     def _prediction_stage(self, context: MethodContext) -> Stage:
         p = self.params

@@ -75,9 +75,9 @@ def test_key_changes_with_every_input():
     base = C.CacheKey(teacher="t", dataset="d", max_length=64, augmentation="none", precision="fp32")
     digests = {base.digest()}
     for change in (dict(teacher="t2"), dict(dataset="d2"), dict(max_length=128), dict(augmentation="tinybert-20x"),
-                   dict(precision="bf16")):
+                   dict(precision="bf16"), dict(storage="float32")):
         digests.add(replace(base, **change).digest())
-    assert len(digests) == 6
+    assert len(digests) == 7
     assert replace(base).digest() == base.digest()
 
 
@@ -104,12 +104,18 @@ def test_plan_small_fields_cached_large_ones_within_budget_only():
     common = dict(enabled=True, transforms_batch=False, num_rows=100, max_length=16, teacher_config=config)
     assert C.plan_stage("kd", NO_FEATURES, "classification", budget_mb=0, **common).fields == ("logits",)
     assert C.plan_stage("qa", NO_FEATURES, "span", budget_mb=0, **common).fields == ("start_logits", "end_logits")
-    hidden_bytes = 100 * 3 * 16 * 32 * 4  # rows * (layers + 1) * length * width * float32
-    assert C.estimate_large_bytes(HIDDEN, 100, 16, config) == {"hidden_states": hidden_bytes}
-    live = C.plan_stage("hidden", HIDDEN, "classification", budget_mb=0.5, **common)
-    assert live.source == "live" and "0.6 MB" in live.reason
-    cached = C.plan_stage("hidden", HIDDEN, "classification", budget_mb=1, **common)
-    assert cached.source == "cache" and cached.fields == ("logits", "hidden_states")
+    layer_bytes = 100 * 16 * 32 * 2  # rows * length * width * float16, one file per layer
+    assert C.estimate_large_bytes(HIDDEN, 100, 16, config) == {f"hidden_states.{i}": layer_bytes for i in range(3)}
+    assert C.estimate_large_bytes(HIDDEN, 100, 16, config, "float32")["hidden_states.0"] == 2 * layer_bytes
+    live = C.plan_stage("hidden", HIDDEN, "classification", budget_mb=0.25, **common)
+    assert live.source == "live" and "0.3 MB" in live.reason and "float16" in live.reason
+    cached = C.plan_stage("hidden", HIDDEN, "classification", budget_mb=0.5, **common)
+    assert cached.source == "cache" and cached.fields == ("logits", "hidden_states.0", "hidden_states.1",
+                                                          "hidden_states.2")
+    # Only the layers a stage reads: embedding + last hidden state, the last layer's scores (4 heads x 16 x 16).
+    mapped = FeatureRequest(hidden_states=True, attention_scores=True, hidden_layers=(0, 2), attention_layers=(1,))
+    assert C.estimate_large_bytes(mapped, 100, 16, config) == {
+        "hidden_states.0": layer_bytes, "hidden_states.2": layer_bytes, "attention_scores.1": 100 * 4 * 16 * 16 * 2}
     assert C.plan_stage("mlm", NO_FEATURES, "masked-lm", budget_mb=0, **common).source == "live"
     masked = C.plan_stage("kd", NO_FEATURES, "classification", budget_mb=0, **{**common, "transforms_batch": True})
     assert masked.source == "live" and "prepare_batch" in masked.reason
@@ -124,11 +130,21 @@ def _live(teacher, batch, request):
     return features
 
 
-@pytest.mark.parametrize("request_", [NO_FEATURES, FeatureRequest(hidden_states=True, attention_scores=True),
-                                      FeatureRequest(hidden_states=True, attention_probs=True)])
-def test_cached_features_equal_live_ones_on_shuffled_batches(tmp_path, request_):
+# Tolerances of the stored precision (the features are O(1); scores reach about 10).
+STORAGE_TOLERANCE = {"float32": dict(atol=1e-4, rtol=1e-5), "float16": dict(atol=1e-2, rtol=1e-3),
+                     "bfloat16": dict(atol=8e-2, rtol=8e-3)}
+
+
+@pytest.mark.parametrize(("request_", "storage"), [
+    (NO_FEATURES, "float16"),
+    (FeatureRequest(hidden_states=True, attention_scores=True), "float32"),
+    (FeatureRequest(hidden_states=True, attention_scores=True), "float16"),
+    (FeatureRequest(hidden_states=True, attention_probs=True), "bfloat16"),
+])
+def test_cached_features_equal_live_ones_on_shuffled_batches(tmp_path, request_, storage):
     teacher = _tiny_teacher()
-    session = _session(tmp_path, teacher, _dataset(LENGTHS), budget_mb=10)
+    session = _session(tmp_path, teacher, _dataset(LENGTHS), budget_mb=10, storage=storage)
+    tolerance = STORAGE_TOLERANCE[storage]
     cached = session.for_stage(Stage("s", loss=None, teacher_features=request_))
     assert session.plans[0].source == "cache" and not session.plans[0].hit
     collate = DataCollatorWithPadding(_Tokenizer())
@@ -140,18 +156,49 @@ def test_cached_features_equal_live_ones_on_shuffled_batches(tmp_path, request_)
         if request_.any:
             mask = batch["attention_mask"].bool()
             for g, w in zip(got.hidden_states, want.hidden_states, strict=True):
-                torch.testing.assert_close(g[mask], w[mask], atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(g[mask], w[mask], **tolerance)
             scores = want.attention_scores or tuple(_live(teacher, batch, FeatureRequest(attention_scores=True))
                                                     .attention_scores)
             for g, w in zip(got.attention_scores, scores, strict=True):
                 rows_real = mask[:, None, :, None] & torch.ones_like(g, dtype=torch.bool)
-                torch.testing.assert_close(g[rows_real], w[rows_real], atol=1e-4, rtol=1e-5)
+                torch.testing.assert_close(g[rows_real], w[rows_real], **tolerance)
             # Probabilities are derived only for a stage that asks for them (softmax over every layer costs).
             assert (got.attention_probs is not None) == request_.attention_probs
             if request_.attention_probs:
                 for g, w in zip(got.attention_probs, want.attention_probs, strict=True):
                     rows_real = mask[:, None, :, None] & torch.ones_like(g, dtype=torch.bool)
-                    torch.testing.assert_close(g[rows_real], w[rows_real], atol=1e-5, rtol=1e-5)
+                    torch.testing.assert_close(g[rows_real], w[rows_real], **tolerance)
+
+
+def test_only_the_mapped_layers_are_cached_and_a_later_stage_adds_its_own(tmp_path):
+    teacher = _tiny_teacher()
+    mapped = FeatureRequest(hidden_states=True, attention_scores=True, hidden_layers=(0, 2), attention_layers=(1,))
+    session = _session(tmp_path, teacher, _dataset(LENGTHS), budget_mb=10)
+    cached = session.for_stage(Stage("intermediate", loss=None, teacher_features=mapped))
+    plan = session.plans[0]
+    files = sorted(p.name for p in Path(session.summary()["folder"]).glob("*.npy"))
+    assert files == ["attention_scores.1.npy", "hidden_states.0.npy", "hidden_states.2.npy", "logits.npy"]
+    # Sequence fields are padded to the longest row (24 here), in float16: 2 bytes per value.
+    longest = max(LENGTHS)
+    per_example = 3 * 4 + 2 * (2 * longest * 32 + 4 * longest * longest)
+    assert plan.bytes_per_example == per_example and plan.hit_rate == 0.0 and plan.storage == "float16"
+    collate = DataCollatorWithPadding(_Tokenizer())
+    batch = collate([session.dataset[i] for i in (4, 1)])
+    got = cached.features(batch[C.EXAMPLE_INDEX], batch["attention_mask"])
+    assert [h is not None for h in got.hidden_states] == [True, False, True]
+    assert [a is not None for a in got.attention_scores] == [False, True]
+    want = _live(teacher, batch, mapped)
+    torch.testing.assert_close(got.hidden_states[2], want.hidden_states[2], **STORAGE_TOLERANCE["float16"])
+
+    # A stage that reads every layer finds the mapped layers on disk and adds the others.
+    session.for_stage(Stage("all", loss=None, teacher_features=FeatureRequest(hidden_states=True, attention_scores=True)))
+    full = session.plans[1]
+    found = 3 * 4 + 2 * (2 * longest * 32 + 4 * longest * longest)
+    assert full.hit_rate == pytest.approx(found / (3 * 4 + 2 * (3 * longest * 32 + 2 * 4 * longest * longest)),
+                                          abs=1e-4)
+    summary = session.summary()
+    assert summary["storage"] == "float16" and summary["hit_rate"] == pytest.approx(
+        full.hit_rate * full.bytes / (plan.bytes + full.bytes), abs=1e-3)
 
 
 def test_reused_when_inputs_equal_recomputed_when_any_changes(tmp_path, monkeypatch):
@@ -206,6 +253,8 @@ def test_kd_run_records_and_reuses_the_cache(tmp_path, tiny_teacher, shared_data
     first, second = (r["teacher_cache"] for r in records)
     assert first["stages"][0]["source"] == "cache" and first["stages"][0]["fields"] == ["logits"]
     assert not first["stages"][0]["hit"] and second["stages"][0]["hit"]
+    assert first["hit_rate"] == 0.0 and second["hit_rate"] == 1.0
+    assert first["bytes_per_example"] == second["bytes_per_example"] == 2 * 4  # two float32 logits
     assert first["folder"] == second["folder"] and first["key"]["max_length"] == 32
 
 

@@ -64,7 +64,9 @@ def test_task_mode_has_intermediate_then_prediction_with_paper_defaults():
     assert (inter_opt.epochs, inter_opt.lr, inter_opt.schedule, inter_opt.warmup_ratio) == (20.0, 5e-5, "constant", 0.0)
     assert inter_opt.sources["schedule"] == "method" and not inter.select_best
     assert inter.student_features.hidden_states and inter.student_features.attention_scores
-    assert inter.teacher_features == inter.student_features
+    # Each side is asked for the layers the uniform 4 -> 2 mapping reads, no more (the teacher's others keep SDPA).
+    assert inter.teacher_features.hidden_layers == (0, 2, 4) and inter.teacher_features.attention_layers == (1, 3)
+    assert inter.student_features.hidden_layers == (0, 1, 2) and inter.student_features.attention_layers == (0, 1)
     assert (pred_opt.epochs, pred_opt.lr, pred_opt.schedule) == (3.0, 3e-5, "linear")
     assert (pred.select_best, pred.uses_teacher) == (True, True)
     assert not pred.student_features.any

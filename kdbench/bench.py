@@ -86,11 +86,26 @@ def add_command(subparsers: Any) -> None:
     bench.add_argument("--profile", action="store_true",
                        help="also profile one round of the TextBrewer comparison (torch.profiler op tables)")
     bench.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="run-config overrides for every method")
+    workflow = bench.add_argument_group("workflow benchmark (--workflow): TinyBERT task distillation end to end, "
+                                        "kdbench vs TextBrewer; see kdbench.bench_workflow")
+    workflow.add_argument("--workflow", action="store_true",
+                          help="time whole TinyBERT task-distillation runs instead of training steps; --teacher is "
+                               "then TASK=FOLDER,TASK=FOLDER (one fine-tuned teacher per task)")
+    workflow.add_argument("--tasks", default="rte,mrpc", help="workflow tasks, comma-separated")
+    workflow.add_argument("--intermediate-epochs", type=int, default=20)
+    workflow.add_argument("--prediction-epochs", type=int, default=3)
+    workflow.add_argument("--max-train-samples", type=int, help="workflow: training rows per task (default: all)")
+    workflow.add_argument("--max-eval-samples", type=int, help="workflow: dev rows per task (default: all)")
+    workflow.add_argument("--workflow-jobs", default="kdbench,textbrewer,textbrewer-cache",
+                          help="which jobs to time: kdbench, textbrewer (teacher live), textbrewer-cache")
     bench.set_defaults(handler=cmd_bench)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from kdbench.config import ConfigError, parse_overrides
+
+    if args.workflow:
+        return cmd_workflow(args)
 
     options = BenchOptions(
         task=args.task, teacher=args.teacher, student=args.student,
@@ -113,6 +128,40 @@ def cmd_bench(args: argparse.Namespace) -> int:
     result = run_bench(options)
     json_path, md_path = write_results(result, Path(options.output))
     print(render_markdown(result))
+    print(json_path)
+    print(md_path)
+    return 0
+
+
+def cmd_workflow(args: argparse.Namespace) -> int:
+    from kdbench.bench_workflow import JOBS, WorkflowOptions, parse_teachers, run_workflow, write_workflow_results
+    from kdbench.config import ConfigError, parse_overrides
+
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    jobs = tuple(j.strip() for j in args.workflow_jobs.split(",") if j.strip())
+    unknown = [j for j in jobs if j not in JOBS]
+    if unknown or not jobs:
+        raise ConfigError(f"--workflow-jobs {args.workflow_jobs!r}: choose from {', '.join(JOBS)}")
+    for name in ("intermediate_epochs", "prediction_epochs", "repeats", "batch_size"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)!r}")
+    for name in ("max_train_samples", "max_eval_samples"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)!r}")
+    teachers = parse_teachers(args.teacher, tasks)
+    for task, folder in teachers.items():
+        if not Path(folder).is_dir():
+            raise ConfigError(f"--teacher: the {task} teacher {folder!r} is not a folder (a fine-tuned checkpoint)")
+    options = WorkflowOptions(
+        teachers=teachers, student=args.student, intermediate_epochs=args.intermediate_epochs,
+        prediction_epochs=args.prediction_epochs, max_train_samples=args.max_train_samples,
+        max_eval_samples=args.max_eval_samples, max_seq_length=args.max_seq_length, batch_size=args.batch_size,
+        repeats=args.repeats, jobs=jobs, data_dir=args.data_dir, output=args.output,
+        cache_budget_mb=args.cache_budget_mb or WorkflowOptions.cache_budget_mb,
+        overrides=parse_overrides(args.overrides))
+    result = run_workflow(options)
+    json_path, md_path = write_workflow_results(result, Path(options.output))
+    print(md_path.read_text())
     print(json_path)
     print(md_path)
     return 0

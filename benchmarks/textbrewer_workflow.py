@@ -1,0 +1,211 @@
+"""TinyBERT task distillation written with TextBrewer's documented API, for ``kdbench bench --workflow``.
+
+The same job as ``kdbench run tinybert`` (mode=task): an intermediate stage (embedding + hidden-state
+MSE on uniformly mapped layers through a linear projection, attention MSE on the matching layers;
+``intermediate_epochs`` epochs) then a prediction stage (soft cross-entropy on the logits, T = 1, no
+hard-label term; ``prediction_epochs`` epochs, dev accuracy after every epoch). Both stages use
+``GeneralDistiller.train`` with AdamW (kdbench's fused one, so the optimiser is not what differs),
+a linear schedule with 10 % warm-up, gradient clipping at 1.0, batches of the same size, dynamically
+padded, from the same tokenised rows, the same teacher and the same initial student folder.
+
+With ``--teacher-cache`` the teacher is run once per fixed batch before each stage and its outputs
+are fed in each batch's ``teacher_cache`` (TextBrewer 0.2.1's way to skip the teacher forward). Only
+the mapped layers are kept (in memory, float32); the batches keep their composition across
+epochs (only their order is reshuffled), since the cache belongs to a batch.
+
+Run as a script; prints one JSON object (phase times) as its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+STARTED = time.perf_counter()
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--teacher", required=True, help="fine-tuned teacher folder")
+    parser.add_argument("--student", required=True, help="initial student folder (the one kdbench also starts from)")
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--data-dir")
+    parser.add_argument("--max-train-samples", type=int)
+    parser.add_argument("--max-eval-samples", type=int)
+    parser.add_argument("--max-seq-length", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--eval-batch-size", type=int, default=64)
+    parser.add_argument("--intermediate-epochs", type=int, default=20)
+    parser.add_argument("--prediction-epochs", type=int, default=3)
+    parser.add_argument("--intermediate-lr", type=float, default=5e-5)
+    parser.add_argument("--prediction-lr", type=float, default=3e-5)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--teacher-cache", action="store_true", help="feed pre-computed teacher outputs")
+    parser.add_argument("--length-grouped", action="store_true",
+                        help="length-grouped batches (transformers' LengthGroupedSampler), as kdbench's engine uses")
+    return parser.parse_args(argv)
+
+
+class ShuffledBatches:
+    """Fixed batches (each with its teacher outputs) in a new order every epoch."""
+
+    def __init__(self, batches: list[dict[str, Any]], seed: int):
+        self.batches, self.rng = batches, random.Random(seed)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self):
+        order = list(range(len(self.batches)))
+        self.rng.shuffle(order)
+        return (self.batches[i] for i in order)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import textbrewer_job  # the TensorBoard stand-in TextBrewer 0.2.1 needs at import time
+
+    if not textbrewer_job.available():
+        raise SystemExit("textbrewer is not installed (pip install 'kdbench[bench]')")
+    import torch
+    from textbrewer import DistillationConfig, GeneralDistiller, TrainingConfig
+    from torch.utils.data import DataLoader, RandomSampler
+    from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
+                              get_linear_schedule_with_warmup)
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    from kdbench.config import build_run_config
+    from kdbench.engine import build_adamw, plan_run
+
+    phases: dict[str, float] = {"imports": round(time.perf_counter() - STARTED, 3)}
+    clock = time.perf_counter()
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    values = {"method": "tinybert", "task": args.task, "teacher": args.teacher, "student": args.student,
+              "max_seq_length": args.max_seq_length, "output": args.output}
+    for key in ("max_train_samples", "max_eval_samples", "data_dir"):
+        if getattr(args, key) is not None:
+            values[key] = getattr(args, key)
+    config = build_run_config(values)
+    task = plan_run(config).task
+    tokenizer = AutoTokenizer.from_pretrained(args.teacher)
+    train = task.encode_train(tokenizer, config).features
+    train = train.select_columns([c for c in (*MODEL_INPUTS, "labels") if c in train.column_names])
+    dev = task.encode_eval(tokenizer, config)[0].features
+    dev = dev.select_columns([c for c in (*MODEL_INPUTS, "labels") if c in dev.column_names])
+    pad = DataCollatorWithPadding(tokenizer)
+
+    def collate(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        # A plain dict: TextBrewer calls model(**batch) only for `dict` batches. No labels in training
+        # batches (no hard-label term), so the models do not compute a loss of their own.
+        return dict(pad(rows))
+
+    def collate_training(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        return {key: value for key, value in collate(rows).items() if key in MODEL_INPUTS}
+    phases["data"] = round(time.perf_counter() - clock, 3)
+
+    clock = time.perf_counter()
+    teacher = AutoModelForSequenceClassification.from_pretrained(args.teacher, attn_implementation="eager").to(device)
+    student = AutoModelForSequenceClassification.from_pretrained(args.student, attn_implementation="eager").to(device)
+    teacher.eval()
+    phases["models"] = round(time.perf_counter() - clock, 3)
+    n_t, n_s = teacher.config.num_hidden_layers, student.config.num_hidden_layers
+    d_t, d_s = teacher.config.hidden_size, student.config.hidden_size
+    step = n_t // n_s
+    hidden_pairs = [(0, 0)] + [(s, s * step) for s in range(1, n_s + 1)]
+    attention_pairs = [(s - 1, s * step - 1) for s in range(1, n_s + 1)]
+    matches = [{"layer_T": t, "layer_S": s, "feature": "hidden", "loss": "hidden_mse", "weight": 1,
+                "proj": ["linear", d_s, d_t]} for s, t in hidden_pairs]
+    matches += [{"layer_T": t, "layer_S": s, "feature": "attention", "loss": "attention_mse", "weight": 1}
+                for s, t in attention_pairs]
+
+    def batches(dataset: Any, size: int, shuffle: bool) -> DataLoader:
+        if not shuffle:
+            return DataLoader(dataset, batch_size=size, collate_fn=collate)
+        generator = torch.Generator().manual_seed(args.seed)
+        sampler = (LengthGroupedSampler(size, dataset=dataset, lengths=[len(x) for x in dataset["input_ids"]],
+                                        generator=generator)
+                   if args.length_grouped else RandomSampler(dataset, generator=generator))
+        return DataLoader(dataset, batch_size=size, sampler=sampler, collate_fn=collate_training)
+
+    def intermediate_adaptor(batch: Any, outputs: Any) -> dict[str, Any]:
+        return {"hidden": outputs["hidden_states"], "attention": outputs["attentions"]}
+
+    def prediction_adaptor(batch: Any, outputs: Any) -> dict[str, Any]:
+        return {"logits": outputs["logits"]}
+
+    def model_batch(batch: Any) -> dict[str, Any]:
+        return {key: batch[key] for key in MODEL_INPUTS if key in batch}
+
+    def cached(loader: DataLoader, keep_hidden: list[int], keep_attention: list[int], seed: int) -> ShuffledBatches:
+        """TextBrewer's teacher_cache: the teacher's outputs for each fixed batch, mapped layers only."""
+        found = []
+        with torch.no_grad():
+            for batch in loader:
+                inputs = {k: v.to(device) for k, v in model_batch(batch).items()}
+                out = teacher(**inputs, output_hidden_states=bool(keep_hidden), output_attentions=bool(keep_attention))
+                entry: dict[str, Any] = {"logits": out.logits}
+                if keep_hidden:
+                    entry["hidden_states"] = tuple(h if i in keep_hidden else None
+                                                   for i, h in enumerate(out.hidden_states))
+                if keep_attention:
+                    entry["attentions"] = tuple(a if i in keep_attention else None for i, a in enumerate(out.attentions))
+                found.append({"teacher": inputs, "student": inputs, "teacher_cache": entry})
+        return ShuffledBatches(found, seed)
+
+    def stage(name: str, epochs: int, lr: float, distill: DistillationConfig, adaptor: Any, callback: Any,
+              keep_hidden: list[int], keep_attention: list[int]) -> None:
+        clock = time.perf_counter()
+        loader: Any = batches(train, args.batch_size, shuffle=True)
+        if args.teacher_cache:
+            loader = cached(loader, keep_hidden, keep_attention, args.seed)
+            phases[f"{name}_teacher_cache"] = round(time.perf_counter() - clock, 3)
+        folder = Path(args.output) / name
+        folder.mkdir(parents=True, exist_ok=True)
+        train_config = TrainingConfig(device=device, output_dir=str(folder), log_dir=None, ckpt_frequency=1,
+                                      ckpt_epoch_frequency=1 if callback else epochs)
+        distiller = GeneralDistiller(train_config, distill, teacher, student, adaptor, adaptor)
+        optimizer = build_adamw([p for p in student.parameters() if p.requires_grad], lr=lr, weight_decay=0.01)
+        total = len(loader) * epochs
+        distiller.train(optimizer, loader, num_epochs=epochs, scheduler_class=get_linear_schedule_with_warmup,
+                        scheduler_args={"num_warmup_steps": int(0.1 * total), "num_training_steps": total},
+                        max_grad_norm=1.0, callback=callback,
+                        output_hidden_states=bool(keep_hidden), output_attentions=bool(keep_attention))
+        phases[name] = round(time.perf_counter() - clock, 3)
+
+    scores: list[float] = []
+
+    def evaluate(model: Any, step: int) -> None:
+        model.eval()
+        right = total = 0
+        with torch.no_grad():
+            for batch in batches(dev, args.eval_batch_size, shuffle=False):
+                logits = model(**{k: v.to(device) for k, v in model_batch(batch).items()}).logits
+                right += int((logits.argmax(-1).cpu() == batch["labels"]).sum())
+                total += len(batch["labels"])
+        scores.append(round(100 * right / max(1, total), 2))
+        model.train()
+
+    stage("intermediate", args.intermediate_epochs, args.intermediate_lr,
+          DistillationConfig(intermediate_matches=matches, kd_loss_weight=0, hard_label_weight=0),
+          intermediate_adaptor, None, [t for _, t in hidden_pairs], [t for _, t in attention_pairs])
+    stage("prediction", args.prediction_epochs, args.prediction_lr,
+          DistillationConfig(temperature=1, kd_loss_type="ce", kd_loss_weight=1, hard_label_weight=0),
+          prediction_adaptor, evaluate, [], [])
+    phases["total_in_process"] = round(time.perf_counter() - STARTED, 3)
+    print(json.dumps({"phases": phases, "dev_accuracy_per_epoch": scores, "train_rows": train.num_rows,
+                      "teacher_cache": args.teacher_cache, "length_grouped": args.length_grouped}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

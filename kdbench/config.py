@@ -65,7 +65,9 @@ class TrainConfig:
     # Speed-only options (they change no result, so they stay out of the run's identity hash):
     compile: bool = False  # torch.compile the student and teacher (GPU)
     teacher_cache: bool = True  # read teacher outputs from the on-disk cache (kdbench.cache)
-    teacher_cache_budget_mb: float = constrained(0.0, ge=0)  # disk allowed for hidden states / attention maps per cache entry
+    # Disk allowed for the hidden states / attention maps of one stage's cache entry. 16 GiB holds TinyBERT's
+    # intermediate stage from a BERT-base teacher (mapped layers, float16) on CoLA, MRPC, STS-B, RTE and WNLI.
+    teacher_cache_budget_mb: float = constrained(16384.0, ge=0)
     # also save a checkpoint after this much training time (0: only at evaluations)
     checkpoint_minutes: float = constrained(10.0, ge=0)
     # after a stage ends: last | none | all of its checkpoints stay on disk

@@ -203,3 +203,69 @@ def test_textbrewer_trains_the_same_student_from_precomputed_teacher_outputs(tmp
     assert moved, "the student did not train"
     for name in trained[0]:
         torch.testing.assert_close(trained[0][name], trained[1][name])
+
+
+# --------------------------------------------------------------------------- workflow (--workflow)
+
+
+def test_workflow_needs_one_existing_teacher_per_task(tmp_path, capsys):
+    from kdbench.bench_workflow import parse_teachers
+    from kdbench.config import ConfigError
+
+    assert parse_teachers("rte=/a,mrpc=/b", ["rte", "mrpc"]) == {"rte": "/a", "mrpc": "/b"}
+    assert parse_teachers("/a", ["rte"]) == {"rte": "/a"}
+    with pytest.raises(ConfigError, match="one fine-tuned teacher per task"):
+        parse_teachers("/a", ["rte", "mrpc"])
+    with pytest.raises(ConfigError, match="no teacher for task.*mrpc"):
+        parse_teachers("rte=/a", ["rte", "mrpc"])
+    assert main(["bench", "--workflow", "--tasks", "rte", "--teacher", f"rte={tmp_path / 'missing'}"]) == 2
+    assert "the rte teacher" in capsys.readouterr().err
+    assert main(["bench", "--workflow", "--tasks", "rte", "--teacher", str(tmp_path), "--workflow-jobs", "deepspeed"]) == 2
+    assert "--workflow-jobs 'deepspeed'" in capsys.readouterr().err
+
+
+def test_workflow_commands_run_the_same_job_in_both_frameworks(tmp_path):
+    from kdbench.bench_workflow import WorkflowOptions, job_command
+
+    options = WorkflowOptions(teachers={"rte": "/t"}, intermediate_epochs=20, prediction_epochs=3,
+                              max_train_samples=128, max_seq_length=128, batch_size=32)
+    ours = job_command(options, "kdbench", "rte", tmp_path / "student", tmp_path / "out")
+    theirs = job_command(options, "textbrewer-cache", "rte", tmp_path / "student", tmp_path / "out")
+    assert ours[1:5] == ["-m", "kdbench", "run", "tinybert"]
+    for setting in ("intermediate_epochs=20", "prediction_epochs=3", "max_train_samples=128", "batch_size=32",
+                    "max_seq_length=128", "student_init=pretrained"):
+        assert setting in ours
+    flags = dict(zip(theirs[2::2], theirs[3::2], strict=False))
+    assert (flags["--intermediate-epochs"], flags["--prediction-epochs"], flags["--max-train-samples"],
+            flags["--batch-size"], flags["--max-seq-length"]) == ("20", "3", "128", "32", "128")
+    assert flags["--student"] == str(tmp_path / "student") and ours[ours.index("--student") + 1] == flags["--student"]
+    assert "--teacher-cache" in theirs and "--length-grouped" in theirs
+
+
+@pytest.mark.integration
+def test_workflow_times_kdbench_and_textbrewer_end_to_end(tmp_path, shared_data, minilm_path):
+    """A tiny real workflow: every job trains, kdbench's intermediate stage reads its (cold) cache."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import textbrewer_job
+    finally:
+        sys.path.pop(0)
+    if not textbrewer_job.available():
+        pytest.skip("textbrewer is not installed")
+    from tiny_models import make_tiny_bert
+
+    from kdbench.bench_workflow import WorkflowOptions, run_workflow
+
+    teacher = make_tiny_bert(tmp_path / "rte-teacher", minilm_path, task="rte", layers=2)
+    options = WorkflowOptions(teachers={"rte": str(teacher)}, student="teacher-1l", intermediate_epochs=1,
+                              prediction_epochs=1, max_train_samples=8, max_eval_samples=8, max_seq_length=32,
+                              batch_size=4, data_dir=str(shared_data))
+    result = run_workflow(options)
+    runs = {r["job"]: r for r in result["runs"]}
+    assert set(runs) == {"kdbench", "textbrewer", "textbrewer-cache"}
+    stages = runs["kdbench"]["teacher_cache"]["stages"]
+    assert [s["source"] for s in stages] == ["cache", "cache"] and stages[0]["hit_rate"] == 0.0
+    assert stages[1]["hit_rate"] == 1.0  # the prediction stage reads the logits the first pass stored
+    assert runs["kdbench"]["teacher_cache"]["bytes_per_example"] > 0
+    assert len(runs["textbrewer"]["dev_accuracy_per_epoch"]) == 1 and runs["textbrewer-cache"]["teacher_cache"]
+    assert result["summary"]["rte"]["speedup_vs_textbrewer"]["median"] > 0

@@ -159,8 +159,11 @@ def cmd_workflow(args: argparse.Namespace) -> int:
         repeats=args.repeats, jobs=jobs, data_dir=args.data_dir, output=args.output,
         cache_budget_mb=args.cache_budget_mb or WorkflowOptions.cache_budget_mb,
         overrides=parse_overrides(args.overrides))
-    result = run_workflow(options)
+    progress = Path(options.output) / f"workflow-in-progress-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    progress.parent.mkdir(parents=True, exist_ok=True)
+    result = run_workflow(options, progress)
     json_path, md_path = write_workflow_results(result, Path(options.output))
+    progress.unlink(missing_ok=True)
     print(md_path.read_text())
     print(json_path)
     print(md_path)

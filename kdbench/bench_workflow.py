@@ -144,8 +144,11 @@ def run_job(options: WorkflowOptions, job: str, task: str, student: Path, workdi
     return found
 
 
-def run_workflow(options: WorkflowOptions) -> dict[str, Any]:
+def run_workflow(options: WorkflowOptions, progress: Path | None = None) -> dict[str, Any]:
+    """Run every job; with ``progress``, the result so far is written there after each job (a long run
+    that is stopped keeps the jobs it finished)."""
     from kdbench.bench import machine_description
+    from kdbench.records import write_json_atomic
 
     result: dict[str, Any] = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_description(),
                               "options": asdict(options), "runs": []}
@@ -161,12 +164,15 @@ def run_workflow(options: WorkflowOptions) -> dict[str, Any]:
                     found = run_job(options, job, task, students[task], workdir)
                     found["repeat"] = repeat
                     result["runs"].append(found)
+                    if progress is not None:
+                        write_json_atomic(progress, result)
     result["summary"] = summarise(result["runs"], options)
     result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     return result
 
 
 def summarise(runs: list[dict[str, Any]], options: WorkflowOptions) -> dict[str, Any]:
+    """Median wall time per task and job, and kdbench's speed-up over each other job."""
     summary: dict[str, Any] = {}
     for task in options.teachers:
         walls = {job: [r["wall_seconds"] for r in runs if r["task"] == task and r["job"] == job] for job in options.jobs}

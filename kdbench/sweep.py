@@ -392,6 +392,52 @@ class RunJob(submitit.helpers.Checkpointable):
         return str(run_dir)
 
 
+class RunSeries(RunJob):
+    """Several runs of one level, one after another, in one process: the local executor's worker.
+
+    Process start-up and imports (several seconds a cell) are paid once per worker instead of once
+    per cell. A run that fails is recorded (its state file says why) and the next one starts; a
+    requeued series skips the runs that already completed (``run_experiment`` returns at once).
+    """
+
+    def __call__(self, requests: list[RunRequest]) -> list[str | None]:  # type: ignore[override]
+        found: list[str | None] = []
+        for request in requests:
+            try:
+                found.append(RunJob.__call__(self, request))
+            except Exception:  # noqa: BLE001 - recorded in the run's state file; the worker goes on
+                found.append(None)
+        return found
+
+
+def _run_local_workers(sweep: Sweep, todo: list[SweepRun], prof: dict[str, Any], outcome: dict[str, str]) -> None:
+    """The local executor: ``local_parallelism`` worker processes, each running its share of the level."""
+    from kdbench.launch import make_executor
+
+    workers = max(1, min(len(todo), int(prof.get("local_parallelism") or 1)))
+    shares = [todo[i::workers] for i in range(workers)]
+    executor = make_executor("local", sweep.log_dir, prof)
+    series = [[RunRequest(r.name, r.values, str(sweep.state_dir / f"{r.name}.json")) for r in share]
+              for share in shares]
+    for requests in series:
+        for request in requests:
+            _write_state(Path(request.state_file), PENDING)
+    with executor.batch():
+        jobs = [executor.submit(RunSeries(), requests) for requests in series]
+    for share, requests, job in zip(shares, series, jobs):
+        for request in requests:
+            _write_state(Path(request.state_file), PENDING, job_id=str(job.job_id))
+        _record_submission(sweep, [r.name for r in share], [str(job.job_id)] * len(share), "local")
+    for share, job in zip(shares, jobs):
+        try:
+            job.result()
+        except Exception as error:  # noqa: BLE001 - a failed worker must not stop the sweep
+            first = str(error).strip().splitlines()
+            log.warning("local worker %s failed: %s", job.job_id, first[-1] if first else error)
+        for run in share:
+            outcome[run.name] = DONE if _completed(run) else FAILED
+
+
 def _job_identity() -> dict[str, Any]:
     from kdbench.launch import current_job_id
 
@@ -580,9 +626,10 @@ def run_sweep(sweep: Sweep, executor_kind: str, profile: str | dict[str, Any] | 
             continue
         print(f"[kdbench] level {level}: submitting {len(todo)} run(s) with the {executor_kind} executor: "
               f"{', '.join(r.name for r in todo)}", flush=True)
+        if executor_kind == "local":
+            _run_local_workers(sweep, todo, prof, outcome)
+            continue
         chunk = len(todo)
-        if executor_kind == "local":  # LocalExecutor starts every job at once: respect local_parallelism
-            chunk = max(1, int(prof.get("local_parallelism", 1)))
         for start in range(0, len(todo), chunk):
             part = todo[start:start + chunk]
             jobs = _submit_batch(sweep, part, executor_kind, prof)

@@ -1,19 +1,20 @@
 """TinyBERT task distillation written with TextBrewer's documented API, for ``kdbench bench --workflow``.
 
 The same job as ``kdbench run tinybert`` (mode=task): an intermediate stage (embedding + hidden-state
-MSE on uniformly mapped layers through a linear projection, attention MSE on the matching layers;
-``intermediate_epochs`` epochs) then a prediction stage (soft cross-entropy on the logits, T = 1, no
-hard-label term; ``prediction_epochs`` epochs, dev accuracy after every epoch). Both stages use
-``GeneralDistiller.train`` with AdamW (kdbench's fused one, so the optimiser is not what differs),
-a linear schedule with 10 % warm-up, gradient clipping at 1.0, batches of the same size, dynamically
-padded, from the same tokenised rows, the same teacher and the same initial student folder.
+MSE on uniformly mapped layers through a linear projection, attention MSE on the matching layers)
+then a prediction stage (soft cross-entropy on the logits, T = 1, no hard-label term; dev accuracy
+after every epoch). Both stages use ``GeneralDistiller.train`` with AdamW (kdbench's fused one, so
+the optimiser is not what differs) and the epochs, learning rate, schedule, warm-up, betas, epsilon,
+weight decay and gradient clipping kdbench resolves for the same stage (``resolve_stage``: the
+method's official values, overridden by what the run gives), on batches of the same size,
+dynamically padded, from the same tokenised rows, the same teacher and the same initial student.
 
 With ``--teacher-cache`` the teacher is run once per fixed batch before each stage and its outputs
 are fed in each batch's ``teacher_cache`` (TextBrewer 0.2.1's way to skip the teacher forward). Only
 the mapped layers are kept (in memory, float32); the batches keep their composition across
 epochs (only their order is reshuffled), since the cache belongs to a batch.
 
-Run as a script; prints one JSON object (phase times) as its last line.
+Run as ``python -m kdbench.textbrewer_workflow``; prints one JSON object (phase times) as its last line.
 """
 
 from __future__ import annotations
@@ -44,8 +45,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-batch-size", type=int, default=64)
     parser.add_argument("--intermediate-epochs", type=int, default=20)
     parser.add_argument("--prediction-epochs", type=int, default=3)
-    parser.add_argument("--intermediate-lr", type=float, default=5e-5)
-    parser.add_argument("--prediction-lr", type=float, default=3e-5)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--teacher-cache", action="store_true", help="feed pre-computed teacher outputs")
     parser.add_argument("--length-grouped", action="store_true",
@@ -70,8 +69,7 @@ class ShuffledBatches:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import textbrewer_job  # the TensorBoard stand-in TextBrewer 0.2.1 needs at import time
+    from kdbench import textbrewer_job  # the TensorBoard stand-in TextBrewer 0.2.1 needs at import time
 
     if not textbrewer_job.available():
         raise SystemExit("textbrewer is not installed (pip install 'kdbench[bench]')")
@@ -79,11 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     from textbrewer import DistillationConfig, GeneralDistiller, TrainingConfig
     from torch.utils.data import DataLoader, RandomSampler
     from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
-                              get_linear_schedule_with_warmup)
+                              get_constant_schedule_with_warmup, get_linear_schedule_with_warmup)
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
     from kdbench.config import build_run_config
     from kdbench.engine import build_adamw, plan_run
+    from kdbench.method import MethodContext
+    from kdbench.optimization import resolve_stage
 
     phases: dict[str, float] = {"imports": round(time.perf_counter() - STARTED, 3)}
     clock = time.perf_counter()
@@ -91,12 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     values = {"method": "tinybert", "task": args.task, "teacher": args.teacher, "student": args.student,
-              "max_seq_length": args.max_seq_length, "output": args.output}
+              "max_seq_length": args.max_seq_length, "output": args.output, "batch_size": args.batch_size,
+              "intermediate_epochs": args.intermediate_epochs, "prediction_epochs": args.prediction_epochs}
     for key in ("max_train_samples", "max_eval_samples", "data_dir"):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
     config = build_run_config(values)
-    task = plan_run(config).task
+    plan = plan_run(config)
+    task = plan.task
     tokenizer = AutoTokenizer.from_pretrained(args.teacher)
     train = task.encode_train(tokenizer, config).features
     train = train.select_columns([c for c in (*MODEL_INPUTS, "labels") if c in train.column_names])
@@ -118,6 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     student = AutoModelForSequenceClassification.from_pretrained(args.student, attn_implementation="eager").to(device)
     teacher.eval()
     phases["models"] = round(time.perf_counter() - clock, 3)
+    # The optimisation kdbench resolves for each stage of the same run: the same job on both sides.
+    context = MethodContext(task=task.spec, student_config=student.config, teacher_config=teacher.config, run=config)
+    plan.method.extra_modules(context)
+    optimization = {stage.name: resolve_stage(stage, config.train) for stage in plan.method.stages(context)}
+    schedules = {"linear": get_linear_schedule_with_warmup, "constant": get_constant_schedule_with_warmup}
     n_t, n_s = teacher.config.num_hidden_layers, student.config.num_hidden_layers
     d_t, d_s = teacher.config.hidden_size, student.config.hidden_size
     step = n_t // n_s
@@ -162,9 +169,14 @@ def main(argv: list[str] | None = None) -> int:
                 found.append({"teacher": inputs, "student": inputs, "teacher_cache": entry})
         return ShuffledBatches(found, seed)
 
-    def stage(name: str, epochs: int, lr: float, distill: DistillationConfig, adaptor: Any, callback: Any,
-              keep_hidden: list[int], keep_attention: list[int]) -> None:
+    def stage(name: str, distill: DistillationConfig, adaptor: Any, callback: Any, keep_hidden: list[int],
+              keep_attention: list[int]) -> None:
         clock = time.perf_counter()
+        opt = optimization[name]
+        if opt.optimizer != "adamw" or opt.schedule not in schedules:
+            raise SystemExit(f"stage {name}: optimiser {opt.optimizer!r} / schedule {opt.schedule!r} has no "
+                             "TextBrewer counterpart here")
+        epochs = int(opt.epochs)
         loader: Any = batches(train, args.batch_size, shuffle=True)
         if args.teacher_cache:
             loader = cached(loader, keep_hidden, keep_attention, args.seed)
@@ -174,13 +186,22 @@ def main(argv: list[str] | None = None) -> int:
         train_config = TrainingConfig(device=device, output_dir=str(folder), log_dir=None, ckpt_frequency=1,
                                       ckpt_epoch_frequency=1 if callback else epochs)
         distiller = GeneralDistiller(train_config, distill, teacher, student, adaptor, adaptor)
-        optimizer = build_adamw([p for p in student.parameters() if p.requires_grad], lr=lr, weight_decay=0.01)
+        # The usual BERT grouping (TextBrewer's examples use it too): no decay on biases and LayerNorm weights.
+        named = [(n, p) for n, p in student.named_parameters() if p.requires_grad]
+        groups = [{"params": [p for n, p in named if "bias" not in n and "LayerNorm" not in n]},
+                  {"params": [p for n, p in named if "bias" in n or "LayerNorm" in n], "weight_decay": 0.0}]
+        optimizer = build_adamw(groups, lr=opt.lr, weight_decay=opt.weight_decay, betas=(opt.beta1, opt.beta2),
+                                eps=opt.eps)
         total = len(loader) * epochs
-        distiller.train(optimizer, loader, num_epochs=epochs, scheduler_class=get_linear_schedule_with_warmup,
-                        scheduler_args={"num_warmup_steps": int(0.1 * total), "num_training_steps": total},
-                        max_grad_norm=1.0, callback=callback,
+        schedule_args = {"num_warmup_steps": int(opt.warmup_ratio * total)}
+        if opt.schedule == "linear":
+            schedule_args["num_training_steps"] = total
+        distiller.train(optimizer, loader, num_epochs=epochs, scheduler_class=schedules[opt.schedule],
+                        scheduler_args=schedule_args, max_grad_norm=opt.max_grad_norm or -1.0, callback=callback,
                         output_hidden_states=bool(keep_hidden), output_attentions=bool(keep_attention))
         phases[name] = round(time.perf_counter() - clock, 3)
+        phases[f"{name}_optimization"] = {k: getattr(opt, k) for k in ("epochs", "lr", "schedule", "warmup_ratio",
+                                                                          "weight_decay", "max_grad_norm")}
 
     scores: list[float] = []
 
@@ -195,11 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         scores.append(round(100 * right / max(1, total), 2))
         model.train()
 
-    stage("intermediate", args.intermediate_epochs, args.intermediate_lr,
-          DistillationConfig(intermediate_matches=matches, kd_loss_weight=0, hard_label_weight=0),
+    stage("intermediate", DistillationConfig(intermediate_matches=matches, kd_loss_weight=0, hard_label_weight=0),
           intermediate_adaptor, None, [t for _, t in hidden_pairs], [t for _, t in attention_pairs])
-    stage("prediction", args.prediction_epochs, args.prediction_lr,
-          DistillationConfig(temperature=1, kd_loss_type="ce", kd_loss_weight=1, hard_label_weight=0),
+    stage("prediction", DistillationConfig(temperature=1, kd_loss_type="ce", kd_loss_weight=1, hard_label_weight=0),
           prediction_adaptor, evaluate, [], [])
     phases["total_in_process"] = round(time.perf_counter() - STARTED, 3)
     print(json.dumps({"phases": phases, "dev_accuracy_per_epoch": scores, "train_rows": train.num_rows,

@@ -268,8 +268,8 @@ class TinyBERT(Method):
             return terms
 
         # The head is not trained here, so dev scores mean nothing: keep the last state.
-from kdbench.constraints import constrained, loss_weight, softmax_temperature
-from kdbench.features import FeatureRequest, Features
+        return Stage(name, loss, student_features=request_of("student"), teacher_features=request_of("teacher"),
+                     epochs=epochs, lr=lr, select_best=False, optimization=optimization, uses_extras=True)
 
     def _prediction_stage(self, context: MethodContext) -> Stage:
         p = self.params

@@ -64,7 +64,8 @@ import re
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -73,10 +74,10 @@ from kdbench.augment_defaults import OFFICIAL_N_AUG, STOPWORDS_PATH, glove_finge
 from kdbench.records import default_file_mode
 
 __all__ = [
+    "OFFICIAL_N_AUG",
     "AugmentConfig",
     "Augmenter",
     "Glove",
-    "OFFICIAL_N_AUG",
     "augment_examples",
     "basic_tokenize",
     "is_valid_word",

@@ -171,7 +171,7 @@ def _model_files_fingerprint(name: str) -> Any:
         from huggingface_hub import snapshot_download
 
         return model_fingerprint(snapshot_download(name, local_files_only=True))
-    except Exception:  # noqa: BLE001 - not downloaded yet, or not a valid id: the model load will say
+    except Exception:
         return {"name": name}
 
 

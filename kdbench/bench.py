@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import json
 import platform
 import statistics
 import sys
@@ -595,7 +594,6 @@ def _profile_joint_job(setup: Setup, config: Any, stage: Any, module: Any, order
     """One profiled round of engine, floor and TextBrewer: wall time vs time inside aten operators."""
     import copy
 
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if setup.device.type == "cuda" else [])
@@ -685,7 +683,7 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
             "device": str(setup.device),
             "precision": setup.precision,
             "compile": options.compile,
-            "options": {k: v for k, v in options.__dict__.items()},
+            "options": dict(options.__dict__),
             "teacher_attention": setup.teacher.config._attn_implementation,
             "train_rows": setup.train_dataset.num_rows,
             "methods": [],
@@ -693,15 +691,15 @@ def run_bench(options: BenchOptions) -> dict[str, Any]:
         }
         for method in options.methods:
             try:
-                config, plan, module, stages, order = _build_method(setup, method)
-            except Exception as error:  # noqa: BLE001 - a method that cannot run here is reported, not fatal
+                config, _, module, stages, order = _build_method(setup, method)
+            except Exception as error:
                 result["skipped_methods"][method] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
                 continue
             for stage in stages:
                 print(f"[kdbench bench] {method} / {stage.name}", file=sys.stderr, flush=True)
                 try:
                     result["methods"].append(bench_stage(setup, method, config, stage, module, order))
-                except Exception as error:  # noqa: BLE001
+                except Exception as error:
                     result["skipped_methods"][f"{method}/{stage.name}"] = f"{type(error).__name__}: {error}"
             del module
             if setup.device.type == "cuda":

@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         print("kdbench: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `kdbench list tables | head`: the reader left, which is not an error
-        sys.stdout = open(os.devnull, "w")
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces stdout for the rest of the process
         return 0
 
 

@@ -320,9 +320,9 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(hint)
-        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
-            if type(None) in options:
-                return None
+        if (value is None or (isinstance(value, str) and value.lower() in ("none", "null"))) \
+                and type(None) in options:
+            return None
         errors = []
         for option in sorted((o for o in options if o is not type(None)), key=_coerce_order):
             try:

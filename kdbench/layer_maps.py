@@ -22,24 +22,24 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 __all__ = [
-    "LayerMatch",
-    "LayerMapping",
-    "uniform_hidden_map",
-    "uniform_attention_map",
-    "uniform_map",
-    "top_map",
-    "bottom_map",
-    "explicit_map",
-    "tinybert_mapping",
+    "PKD_STRATEGIES",
     "TINYBERT_STRATEGIES",
-    "mobilebert_mapping",
+    "LayerMapping",
+    "LayerMatch",
+    "bottom_layers",
+    "bottom_map",
     "distilbert_init_layers",
-    "pkd_skip_layers",
+    "explicit_map",
+    "mobilebert_mapping",
+    "pkd_cls_matches",
     "pkd_last_layers",
     "pkd_layers",
-    "pkd_cls_matches",
-    "PKD_STRATEGIES",
-    "bottom_layers",
+    "pkd_skip_layers",
+    "tinybert_mapping",
+    "top_map",
+    "uniform_attention_map",
+    "uniform_hidden_map",
+    "uniform_map",
 ]
 
 

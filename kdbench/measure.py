@@ -44,21 +44,30 @@ prints the reference figures and the TinyBERT-4L-312 / BERT-base speed-up at bat
 from __future__ import annotations
 
 import json
-import math
-import os
 import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
 
 if TYPE_CHECKING:  # torch is imported inside the functions: ``kdbench --help`` must not load it
     import torch
 
 __all__ = [
-    "BERT_BASE", "TINYBERT_4L_312", "bert_config", "as_config", "ParamCount", "count_params",
-    "count_params_meta", "flops_per_example", "count_flops_torch", "measure_latency", "speedup",
-    "measure", "attach_measurements",
+    "BERT_BASE",
+    "TINYBERT_4L_312",
+    "ParamCount",
+    "as_config",
+    "attach_measurements",
+    "bert_config",
+    "count_flops_torch",
+    "count_params",
+    "count_params_meta",
+    "flops_per_example",
+    "measure",
+    "measure_latency",
+    "speedup",
 ]
 
 #: transformers ``BertConfig`` defaults: 12 layers, hidden 768, FFN 3072, 12 heads, vocab 30522.
@@ -100,7 +109,7 @@ def as_config(config: Any):
 
 def _dims(cfg) -> tuple[int, int, int, int, int, int]:
     """(layers, hidden, ffn, vocab, positions, token types) of a BERT-style config."""
-    get = lambda *names, default=None: next((getattr(cfg, n) for n in names if getattr(cfg, n, None) is not None), default)  # noqa: E731
+    get = lambda *names, default=None: next((getattr(cfg, n) for n in names if getattr(cfg, n, None) is not None), default)
     return (int(get("num_hidden_layers", "n_layers")), int(get("hidden_size", "dim")),
             int(get("intermediate_size", "hidden_dim")), int(get("vocab_size")),
             int(get("max_position_embeddings", default=512)), int(get("type_vocab_size", default=0)))
@@ -233,7 +242,7 @@ def measure_latency(config: Any, *, seq_len: int = 128, batch_size: int = 1, war
             "std_ms": statistics.stdev(times) if len(times) > 1 else 0.0,
             "per_example_ms": median / batch_size, "throughput": batch_size * 1000.0 / median,
             "batch_size": batch_size, "seq_len": seq_len, "repeats": repeats, "warmup": warmup,
-            "device": str(device), "threads": torch.get_num_threads() if not threads else threads}
+            "device": str(device), "threads": threads or torch.get_num_threads()}
 
 
 def speedup(student: Any, teacher: Any = BERT_BASE, *, seq_len: int = 128, batch_size: int = 32,
@@ -368,7 +377,6 @@ def cmd_measure(args) -> int:
 def _main() -> None:  # python -m kdbench.measure  (prints the reference figures)
     import argparse
 
-    import torch
 
     p = argparse.ArgumentParser(description="Parameters, FLOPs and CPU speed-up of TinyBERT-4L-312 vs BERT-base")
     p.add_argument("--seq-len", type=int, default=128)

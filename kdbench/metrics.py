@@ -368,7 +368,7 @@ def _no_answer_probabilities(answered: Sequence[str], na_probs: Mapping[str, Any
     official search breaks ties in); 0 for all without ``na_probs``. A missing, non-numeric or NaN
     value is a ValueError naming the question id."""
     if na_probs is None:
-        return {qid: 0.0 for qid in answered}
+        return dict.fromkeys(answered, 0.0)
     wanted = set(answered)
     missing = [qid for qid in answered if qid not in na_probs]
     if missing:

@@ -151,7 +151,7 @@ def task_dataset(task_name: str) -> tuple[str | None, str | None, str]:
         return SQUAD_DATASETS[task_name]
     try:
         task = TASKS.get(task_name)
-    except Exception:  # noqa: BLE001 - a task plug-in that is not installed here: the card still names it
+    except Exception:
         return None, None, task_name
     declared = getattr(task, "task_spec", None)  # tasks declared as data name their Hub dataset
     if declared is not None and getattr(declared, "hub_path", None):
@@ -167,7 +167,7 @@ def _head(task_name: str) -> str | None:
 
     try:
         spec = TASKS.get(task_name).spec
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     head = spec.head.value if hasattr(spec.head, "value") else str(spec.head)
     if head == "classification" and spec.label_names is None:

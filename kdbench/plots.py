@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["pareto_front", "tradeoff_frame", "plot_tradeoffs", "add_command"]
+__all__ = ["add_command", "pareto_front", "plot_tradeoffs", "tradeoff_frame"]
 
 STAT_KEYS = ("params_millions", "flops_billions", "speedup_x", "latency_ms")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")

@@ -55,7 +55,7 @@ def run_lock(run_dir: Path) -> Iterator[None]:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / RUN_LOCK_FILE
-    handle = open(path, "a+")
+    handle = open(path, "a+")  # noqa: SIM115 - held open for the lock's lifetime, closed in finally
     try:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

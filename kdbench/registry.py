@@ -160,7 +160,7 @@ class Registry(Generic[T]):
         if isinstance(entry, _EntryPoint):
             try:
                 obj = _import(entry.target)
-            except Exception as error:  # noqa: BLE001 - any failure of third-party code: name the plug-in
+            except Exception as error:
                 raise PluginLoadError(f"plug-in {self.kind} {key!r} = {entry.describe()} cannot be loaded: "
                                       f"{type(error).__name__}: {error}") from error
             self._entries[key] = entry = obj

@@ -270,7 +270,7 @@ def _main_metric(task: str) -> str | None:
 
     try:
         return TASKS.get(task).spec.main_metric
-    except Exception:  # noqa: BLE001 - a task plug-in not installed here: no dev line on its curves
+    except Exception:
         return None
 
 

@@ -24,6 +24,7 @@ This module imports neither torch nor transformers at module level (the CLI impo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import logging
@@ -405,7 +406,7 @@ class RunSeries(RunJob):
         for request in requests:
             try:
                 found.append(RunJob.__call__(self, request))
-            except Exception:  # noqa: BLE001 - recorded in the run's state file; the worker goes on
+            except Exception:
                 found.append(None)
         return found
 
@@ -431,7 +432,7 @@ def _run_local_workers(sweep: Sweep, todo: list[SweepRun], prof: dict[str, Any],
     for share, job in zip(shares, jobs):
         try:
             job.result()
-        except Exception as error:  # noqa: BLE001 - a failed worker must not stop the sweep
+        except Exception as error:
             first = str(error).strip().splitlines()
             log.warning("local worker %s failed: %s", job.job_id, first[-1] if first else error)
         for run in share:
@@ -452,10 +453,8 @@ def _write_state(path: Path, state: str, **info: Any) -> None:
     if os.environ.get("RANK", "0") != "0":
         return
     if info.get("job_id") is None and path.is_file():
-        try:
+        with contextlib.suppress(OSError, json.JSONDecodeError):
             info["job_id"] = json.loads(path.read_text()).get("job_id")
-        except (OSError, json.JSONDecodeError):
-            pass
     write_json_atomic(path, {"state": state, "time": time.time(), **info})
 
 
@@ -637,7 +636,7 @@ def run_sweep(sweep: Sweep, executor_kind: str, profile: str | dict[str, Any] | 
                 try:
                     job.result()
                     outcome[run.name] = DONE if _completed(run) else FAILED
-                except Exception as error:  # noqa: BLE001 - a failed cell must not stop the sweep
+                except Exception as error:
                     outcome[run.name] = FAILED
                     first = str(error).strip().splitlines()
                     log.warning("%s failed (job %s): %s", run.name, job.job_id, first[-1] if first else error)
@@ -764,7 +763,7 @@ def format_status(statuses: list[RunStatus]) -> str:
     width = max((len(s.name) for s in statuses), default=4)
     lines = [f"{'RUN':<{width}}  {'STATE':<11}  {'JOB':<10}  RUN FOLDER / ERROR"]
     for s in statuses:
-        lines.append(f"{s.name:<{width}}  {s.state:<11}  {str(s.job_id or '-'):<10}  {s.run_dir}")
+        lines.append(f"{s.name:<{width}}  {s.state:<11}  {s.job_id or '-'!s:<10}  {s.run_dir}")
         if s.error:
             lines.append(f"{'':<{width}}  {'':<11}  {'':<10}  error: {s.error.strip().splitlines()[0]}")
     lines.append(_counts(statuses))

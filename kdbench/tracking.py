@@ -181,7 +181,7 @@ class RunTracking(contextlib.AbstractContextManager):
         return [_tensorboard_callback(self.run_dir / TENSORBOARD_DIR / f"{index}-{stage_name}")]
 
     # -- run -----------------------------------------------------------------------------------
-    def __enter__(self) -> RunTracking:  # noqa: PYI034 - not subclassed
+    def __enter__(self) -> RunTracking:
         hparams = flatten(self.config.to_dict())
         if WANDB in self.targets:
             import wandb

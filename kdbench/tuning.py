@@ -545,7 +545,7 @@ def run_tune(spec: TuneSpec, trials: int, workers: int = 1, executor_kind: str =
             for job in jobs:
                 try:
                     job.result()
-                except Exception as error:  # noqa: BLE001 - report every worker, then count the trials
+                except Exception as error:
                     text = str(error).strip()
                     log.error("tuning worker %s failed: %s", job.job_id, text.splitlines()[-1] if text else error)
     study = optuna.load_study(study_name=spec.study_name, storage=make_storage(spec.storage))

@@ -209,7 +209,7 @@ class DistilBertPretrain(Method):
                    "dynamic frequency-smoothed masking")
     Params = DistilBertPretrainParams
     heads = (HeadType.MASKED_LM,)
-    instead_for_head = {head: "distilbert" for head in (HeadType.CLASSIFICATION, HeadType.REGRESSION, HeadType.SPAN)}
+    instead_for_head = dict.fromkeys((HeadType.CLASSIFICATION, HeadType.REGRESSION, HeadType.SPAN), "distilbert")
     default_student_init = "teacher"
     default_student_layers = "every-other"  # distilbert_init_layers: [0, 2, 4, 7, 9, 11] for 12 -> 6
 

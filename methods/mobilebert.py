@@ -369,7 +369,8 @@ class MobileBertTransfer(Method):
                 for hidden, attention in selected:
                     key = projection_key(hidden.student)
                     layer_terms = layer_transfer_terms(student, teacher, hidden, attention, p,
-                                                       extras[key] if key in extras else None, num_layers)
+                                                       extras[key] if key in extras else None,  # noqa: SIM401 - ModuleDict has no get()
+                                                       num_layers)
                     _add(total, layer_terms, f"/L{hidden.student}" if per_layer_names else "")
                 return total
 

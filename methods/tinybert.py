@@ -336,4 +336,4 @@ def _sum_pairs(pairs: Sequence[LayerMatch], term: Any) -> Tensor:
 METHODS.register("tinybert", TinyBERT)
 METHODS.register("tinybert-general", TinyBERTGeneral)
 
-__all__ = ["TinyBERT", "TinyBERTGeneral", "TinyBERTParams", "TinyBERTGeneralParams", "MODES", "PROJECTIONS"]
+__all__ = ["MODES", "PROJECTIONS", "TinyBERT", "TinyBERTGeneral", "TinyBERTGeneralParams", "TinyBERTParams"]

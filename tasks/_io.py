@@ -10,7 +10,7 @@ from typing import Any
 
 from kdbench.errors import DataError
 
-__all__ = ["DataError", "BadRows", "read_tsv_lines", "read_named_rows", "require_file", "require_utf8_text"]
+__all__ = ["BadRows", "DataError", "read_named_rows", "read_tsv_lines", "require_file", "require_utf8_text"]
 
 
 class BadRows:

@@ -150,7 +150,7 @@ class ClassificationTask(GlueTask):
         source = self.hub_source(split)
         try:
             dataset = datasets.load_dataset(spec.hub_path, spec.hub_config, split=hub_split)
-        except Exception as error:  # noqa: BLE001 - offline or unknown: say what to do instead
+        except Exception as error:
             raise DataError(f"{spec.name}: could not load the Hub dataset {spec.hub_path!r} split {hub_split!r} "
                             f"({type(error).__name__}: {error}); give train_file=/dev_file= or put "
                             f"{spec.name}/{{train,dev}}.jsonl under --data-dir") from None

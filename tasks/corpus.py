@@ -110,7 +110,7 @@ def _hub_column(hub: HubCorpus) -> Iterable[Any]:
 
     try:
         dataset = datasets.load_dataset(hub.name, hub.config, split=hub.split)
-    except Exception as error:  # noqa: BLE001 - offline or unknown: say what to do instead
+    except Exception as error:
         raise DataError(f"corpus {str(hub)!r}: could not load the Hub dataset ({type(error).__name__}: {error}); "
                         "give a plain-text file instead (data.corpus=PATH)") from None
     if isinstance(dataset, Mapping):

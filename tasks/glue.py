@@ -385,7 +385,7 @@ class GlueTask(Task):
         hub_split = self.glue.hub_splits.get(split) or {"dev": "validation"}.get(split, split)
         try:
             dataset = datasets.load_dataset("glue", self.glue.hub_name, split=hub_split)
-        except Exception as error:  # noqa: BLE001 - offline or unknown: say what to do instead
+        except Exception as error:
             raise DataError(f"{self.glue.name}: could not load the Hub dataset glue/{self.glue.hub_name} "
                             f"split {hub_split!r} ({type(error).__name__}: {error}); give --data-dir "
                             f"with the glue_data/{self.glue.dir_name} folder or set KDBENCH_DATA_DIR") from None

@@ -191,7 +191,7 @@ def read_squad_hub(version: SquadVersion, split: str) -> SquadData:
     hub_split = {"dev": "validation"}.get(split, split)
     try:
         dataset = datasets.load_dataset(version.hub_name, split=hub_split)
-    except Exception as error:  # noqa: BLE001 - offline or unknown: say what to do instead
+    except Exception as error:
         raise DataError(f"{version.name}: could not load the Hub dataset {version.hub_name} split {hub_split!r} "
                         f"({type(error).__name__}: {error}); give --data-dir with {version.dev_files[0]} "
                         "or train_file=/dev_file= paths") from None

@@ -21,7 +21,7 @@ def _markdown(table: Table) -> str:
         return text.replace("|", "\\|")
 
     widths = [max(len(esc(r[i])) for r in [table.header, *table.rows]) for i in range(len(table.header))]
-    line = lambda cells: "| " + " | ".join(esc(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    line = lambda cells: "| " + " | ".join(esc(c).ljust(w) for c, w in zip(cells, widths)) + " |"
     out = [f"**{table.title}**", "", line(table.header),
            "|" + "|".join(("-" * (w + 1) + ":") if i >= table.label_columns else ("-" * (w + 2))
                           for i, w in enumerate(widths)) + "|"]

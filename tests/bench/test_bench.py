@@ -31,7 +31,7 @@ def test_joint_stage_sums_tinybert_losses_over_uniformly_mapped_layers():
     assert stage.teacher_features.hidden_states and stage.teacher_features.attention_scores
     terms = stage.loss({}, _features(s_hidden, s_scores, s_logits), _features(t_hidden, t_scores, t_logits))
 
-    mse = lambda a, b: ((a - b) ** 2).mean()  # noqa: E731
+    mse = lambda a, b: ((a - b) ** 2).mean()
     assert torch.allclose(terms["embd"], mse(s_hidden[0], t_hidden[0]))
     assert torch.allclose(terms["hidn"], mse(s_hidden[1], t_hidden[2]) + mse(s_hidden[2], t_hidden[4]))
     clean = s_scores[0].clone()

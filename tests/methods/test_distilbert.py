@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import BertConfig
 
-from kdbench.config import ConfigError, RunConfig, build_run_config
+from kdbench.config import ConfigError, build_run_config
 from kdbench.features import Features
 from kdbench.layer_maps import distilbert_init_layers
 from kdbench.losses import (
@@ -318,7 +318,7 @@ def test_general_distillation_end_to_end_loss_falls(tmp_path: Path, shared_data:
         def __init__(self) -> None:
             self.logs: list[dict] = []
 
-        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
+        def on_log(self, args, state, control, logs=None, **kwargs):
             self.logs.append(dict(logs or {}))
 
     recorder = Recorder()

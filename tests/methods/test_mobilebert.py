@@ -105,7 +105,7 @@ def test_progressive_declares_one_stage_per_layer_then_the_final_objective():
 
 @pytest.mark.parametrize("schedule", ["paper", "code"])
 def test_progressive_stage_trains_its_layer_and_freezes_or_slows_the_others(schedule):
-    teacher, student, method, extras, stages = build(schedule)
+    teacher, student, _, extras, stages = build(schedule)
     lr = 3e-3
     run_stage(stages[0], student, teacher, extras, steps=2, lr=lr)  # stage 1 moves layer 1 first
     before = _named(student)
@@ -142,7 +142,7 @@ def test_progressive_stage_trains_its_layer_and_freezes_or_slows_the_others(sche
 
 
 def test_final_stage_unfreezes_everything():
-    teacher, student, method, extras, stages = build("paper")
+    teacher, student, _, extras, stages = build("paper")
     stages[0].param_groups(student, extras)
     assert not student.encoder.layer[2].attention.self.query.weight.requires_grad
     method_full = MobileBertTransfer(MobileBertParams(strategy="progressive", use_pd=True))

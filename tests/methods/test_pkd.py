@@ -246,7 +246,7 @@ def test_pkd_runs_end_to_end_on_sst2(tmp_path: Path, shared_data: Path, minilm_p
         def __init__(self) -> None:
             self.logs: list[dict] = []
 
-        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
+        def on_log(self, args, state, control, logs=None, **kwargs):
             self.logs.append(dict(logs or {}))
 
     teacher = tiny_teacher(tmp_path / "teacher", minilm_path)

@@ -218,8 +218,7 @@ BERT_ORDER = ("contradiction", "entailment", "neutral")  # BERT run_classifier.p
 
 def _mnli_dev(root: Path, n: int = 50) -> tuple[Path, list[str]]:
     """root/glue_data/MNLI/dev_matched.tsv and dev_mismatched.tsv (GLUE layout); the gold labels."""
-    header = ("index promptID pairID genre sentence1_binary_parse sentence2_binary_parse sentence1_parse "
-              "sentence2_parse sentence1 sentence2 label1 label2 label3 label4 label5 gold_label").split()
+    header = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse", "sentence1_parse", "sentence2_parse", "sentence1", "sentence2", "label1", "label2", "label3", "label4", "label5", "gold_label"]
     gold = [HUB_ORDER[(k * 7) % 3] for k in range(n)]
     lines = ["\t".join(header)] + ["\t".join([str(k), str(k), f"{k}e", "fiction", "(x)", "(y)", "(ROOT x)", "(ROOT y)",
                                               f"premise {k}", f"hypothesis {k}", *[g] * 5, g])

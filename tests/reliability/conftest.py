@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-WORDS = ("the a movie film plot acting story good great fun lovely bad awful boring dull weak "
-         "was is very not really quite").split()
+WORDS = ["the", "a", "movie", "film", "plot", "acting", "story", "good", "great", "fun", "lovely", "bad", "awful", "boring", "dull", "weak", "was", "is", "very", "not", "really", "quite"]
 POSITIVE = ("good", "great", "fun", "lovely")
 NEGATIVE = ("bad", "awful", "boring", "dull")
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

@@ -3,7 +3,6 @@ recompute from their rows, runs land on the right rows, cells aggregate seeds as
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -12,7 +11,7 @@ import pytest
 from kdbench import tables
 from kdbench.plugins import TABLES
 from kdbench.registry import UnknownNameError
-from kdbench.tables import MISSING, TableError, TableSpec, build_table, load_spec, recompute_averages, render
+from kdbench.tables import MISSING, TableError, build_table, load_spec, recompute_averages, render
 
 SHARED_TABLES = Path(__file__).resolve().parents[3] / "shared" / "paper_tables"
 NAMED = ["tinybert-v5-table1", "tinybert-v5-table2", "tinybert-v5-table3", "tinybert-v5-table4",

@@ -18,8 +18,7 @@ from kdbench.config import DataConfig, RunConfig, TrainConfig
 from kdbench.errors import DataError
 from kdbench.tasks.glue import AX, COLA, MNLI, MNLI_MM, MRPC, QNLI, QQP, RTE, SST2, STSB, WNLI, write_glue_predictions
 
-MNLI_TRAIN_HEADER = ("index promptID pairID genre sentence1_binary_parse sentence2_binary_parse sentence1_parse "
-                     "sentence2_parse sentence1 sentence2 label1 gold_label").split()
+MNLI_TRAIN_HEADER = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse", "sentence1_parse", "sentence2_parse", "sentence1", "sentence2", "label1", "gold_label"]
 MNLI_DEV_HEADER = MNLI_TRAIN_HEADER[:-1] + ["label2", "label3", "label4", "label5", "gold_label"]
 MNLI_TEST_HEADER = MNLI_TRAIN_HEADER[:10]
 KEYWORD = {"entailment": "yes", "neutral": "maybe", "contradiction": "no"}
@@ -193,7 +192,7 @@ def test_empty_text(tmp_path: Path) -> None:
 
 
 def test_non_numeric_stsb_score(tmp_path: Path) -> None:
-    header = "index genre filename year old_index source1 source2 sentence1 sentence2 score".split()
+    header = ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2", "score"]
     _tsv(tmp_path / "glue_data" / "STS-B" / "train.tsv", header,
          [["0", "g", "f", "y", "0", "s", "s", "A dog.", "A cat.", "2.5"],
           ["1", "g", "f", "y", "1", "s", "s", "A dog.", "A cat.", "high"]])

@@ -236,7 +236,7 @@ def test_evaluate_v2_with_no_answer_scores(shared_data: Path, tmp_path: Path) ->
     answers = {e["id"]: (e["answers"][0]["text"] if e["answers"] else "") for e in data.examples}
     preds, probs = tmp_path / "p.json", tmp_path / "na.json"
     preds.write_text(json.dumps(answers))
-    probs.write_text(json.dumps({qid: 0.0 for qid in answers}))
+    probs.write_text(json.dumps(dict.fromkeys(answers, 0.0)))
     result = SQUAD_V2.score_prediction_file(preds, shared_data, na_probs=probs)
     assert result["em"] == 100.0 and result["has_ans_total"] == 5928 and result["no_ans_total"] == 5945
     assert result["best_f1"] == 100.0

@@ -24,7 +24,15 @@ TEACHER_MODEL = "minilm-l6"
 WIDE_STUDENT = "teacher-3l"
 NARROW_STUDENT = "teacher-3l-192"
 OUTPUT = "runs/reproduction"
-SPEC_FOLDER = Path(__file__).resolve().parent.parent / "results" / "reproduction"
+
+
+def _spec_folder() -> Path:
+    import kdbench.results  # results/ in a checkout, kdbench/results/ in an installed package
+
+    return Path(kdbench.results.__file__).resolve().parent / "reproduction"
+
+
+SPEC_FOLDER = _spec_folder()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,41 @@
+"""The reproduction study's committed records re-render to its committed tables, and its generated
+specs are what kdbench.reproduce generates today (a study is results, not a test: nothing trains here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kdbench.reproduce import SPEC_FOLDER, TABLE_ROWS, build_spec, records_folder, render
+
+TABLES = sorted(TABLE_ROWS)
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_committed_spec_is_the_generated_one(table):
+    committed = yaml.safe_load((SPEC_FOLDER / f"{table}.yaml").read_text())
+    assert committed == yaml.safe_load(yaml.safe_dump(build_spec(table)))
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_committed_records_rerender_to_the_committed_table(table, tmp_path):
+    records = records_folder(table)
+    if not records.is_dir():
+        pytest.skip(f"no records committed for {table} yet")
+    out = render(table, records, tmp_path / "table.md")
+    assert out.read_text() == (records.parent / "table.md").read_text()
+
+
+def test_cells_of_one_row_share_its_label_and_have_distinct_names():
+    spec = build_spec("cross-method")
+    names = [cell["name"] for cell in spec["cells"]]
+    assert len(names) == len(set(names))
+    rte_rows = {cell["label"] for cell in spec["cells"] if cell["task"] == "rte"}
+    assert {"finetune-3l", "kd-3l", "pkd-skip-3l", "pkd-last-3l", "distilbert-3l", "tinybert-td-3l",
+            "finetune-3l-192", "kd-3l-192", "tinybert-td-3l-192"} == rte_rows
+    wide = next(cell for cell in spec["cells"] if cell["label"] == "kd-3l")
+    # Students start from the pre-trained MiniLM, never from the fine-tuned teacher they are compared with.
+    assert wide["student_init_from"] == "minilm-l6" and wide["teacher"] == f"${{teacher-{wide['task']}}}"
+    assert Path(SPEC_FOLDER).name == "reproduction"

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 from transformers import BertConfig
 
 from kdbench.capture import FeatureCapture
@@ -78,3 +80,17 @@ def capture(model: torch.nn.Module, request: FeatureRequest, batch: dict[str, to
 
 def as_float(terms: dict[str, torch.Tensor]) -> dict[str, float]:
     return {name: float(value) for name, value in terms.items()}
+
+
+# BERT-PKD's distillation loss, used by its KD baseline and by the patient student (official side).
+def pkd_distillation_loss(y, labels, teacher_scores, T, alpha, reduction_kd="mean", reduction_nll="mean"):
+    """intersun/PKD-for-BERT-Model-Compression ``src/KD_loss.py`` L7-22, transcribed."""
+    if teacher_scores is not None:
+        d_loss = nn.KLDivLoss(reduction=reduction_kd)(F.log_softmax(y / T, dim=1),
+                                                      F.softmax(teacher_scores / T, dim=1)) * T * T
+    else:
+        assert alpha == 0, f"alpha cannot be {alpha} when teacher scores are not provided"
+        d_loss = 0.0
+    nll_loss = F.cross_entropy(y, labels, reduction=reduction_nll)
+    tol_loss = alpha * d_loss + (1.0 - alpha) * nll_loss
+    return tol_loss, d_loss, nll_loss

@@ -15,9 +15,7 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
-from fidelity_models import bert_config, build, capture, context, padded_batch, plugin
-from torch import nn
+from fidelity_models import bert_config, build, capture, context, padded_batch, pkd_distillation_loss, plugin
 from transformers import BertForSequenceClassification
 
 from kdbench.config import ConfigError
@@ -33,19 +31,6 @@ LN2, LN3 = math.log(2.0), math.log(3.0)
 KL0 = 0.75 * math.log(0.75 / 0.5) + 0.25 * math.log(0.25 / 0.5)  # KL((¾, ¼) ‖ (½, ½)) by hand
 
 pytestmark = pytest.mark.filterwarnings("ignore:reduction. 'mean' divides the total loss:UserWarning")
-
-
-def distillation_loss(y, labels, teacher_scores, T, alpha, reduction_kd="mean", reduction_nll="mean"):
-    """``src/KD_loss.py`` L7-22."""
-    if teacher_scores is not None:
-        d_loss = nn.KLDivLoss(reduction=reduction_kd)(F.log_softmax(y / T, dim=1),
-                                                      F.softmax(teacher_scores / T, dim=1)) * T * T
-    else:
-        assert alpha == 0, f"alpha cannot be {alpha} when teacher scores are not provided"
-        d_loss = 0.0
-    nll_loss = F.cross_entropy(y, labels, reduction=reduction_nll)
-    tol_loss = alpha * d_loss + (1.0 - alpha) * nll_loss
-    return tol_loss, d_loss, nll_loss
 
 
 @pytest.mark.parametrize("params,reduction_kd", [
@@ -66,7 +51,7 @@ def test_kd_stage_equals_the_reference_distillation_loss(params: dict, reduction
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
         y, teacher_scores = student(**inputs).logits, teacher(**inputs).logits
     alpha, temperature = params.get("alpha", 0.5), params.get("temperature", 2.0)
-    total, d_loss, nll_loss = distillation_loss(y, batch["labels"], teacher_scores, temperature, alpha, reduction_kd)
+    total, d_loss, nll_loss = pkd_distillation_loss(y, batch["labels"], teacher_scores, temperature, alpha, reduction_kd)
     assert float(terms["kd"]) == pytest.approx(float(alpha * d_loss), **TOLERANCE)
     assert float(terms["ce"]) == pytest.approx(float((1 - alpha) * nll_loss), **TOLERANCE)
     assert float(sum(terms.values())) == pytest.approx(float(total), **TOLERANCE)

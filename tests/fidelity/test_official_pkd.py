@@ -20,6 +20,7 @@ from fidelity_models import (
     capture,
     context,
     padded_batch,
+    pkd_distillation_loss,
     plugin,
 )
 from torch import nn
@@ -35,19 +36,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:reduction. 'mean' divides the to
 
 
 # ------------------------------------------------------------------------------ official side
-
-
-def distillation_loss(y, labels, teacher_scores, T, alpha, reduction_kd="mean", reduction_nll="mean"):
-    """``src/KD_loss.py`` L7-22."""
-    if teacher_scores is not None:
-        d_loss = nn.KLDivLoss(reduction=reduction_kd)(F.log_softmax(y / T, dim=1),
-                                                      F.softmax(teacher_scores / T, dim=1)) * T * T
-    else:
-        assert alpha == 0, f"alpha cannot be {alpha} when teacher scores are not provided"
-        d_loss = 0.0
-    nll_loss = F.cross_entropy(y, labels, reduction=reduction_nll)
-    tol_loss = alpha * d_loss + (1.0 - alpha) * nll_loss
-    return tol_loss, d_loss, nll_loss
 
 
 def patience_loss(teacher_patience, student_patience, normalized_patience=False):
@@ -82,7 +70,7 @@ def official_pkd(student, teacher, batch, fc_layer_idx: str, T: float, alpha: fl
     teacher_patience = torch.stack([feature_maps[int(i)] for i in layer_index]).transpose(0, 1)
     full_output = cls_of_every_layer(student, batch)
     student_patience = torch.stack(full_output[:-1]).transpose(0, 1)
-    loss_dl, kd_loss, ce_loss = distillation_loss(logits_pred_student, batch["labels"], teacher_pred, T=T, alpha=alpha)
+    loss_dl, kd_loss, ce_loss = pkd_distillation_loss(logits_pred_student, batch["labels"], teacher_pred, T=T, alpha=alpha)
     pt_loss = beta * patience_loss(teacher_patience, student_patience, normalize_patience)
     return loss_dl + pt_loss, kd_loss, ce_loss, pt_loss
 

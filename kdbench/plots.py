@@ -106,7 +106,8 @@ def plot_tradeoffs(frame, out_dir: str | Path, *, title_prefix: str = "") -> lis
             else axes[0].get_legend_handles_labels()
         if handles:
             fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
-        fig.suptitle(f"{title_prefix}{task}: dev score vs latency and size (red rings: Pareto front)")
+        cost = "latency" if timed else "FLOPs"
+        fig.suptitle(f"{title_prefix}{task}: dev score vs {cost} and size (red rings: Pareto front)")
         fig.tight_layout(rect=(0, 0.12, 1, 0.95))
         stem = task.replace(" ", "_").replace("/", "-")
         for suffix in ("png", "svg"):

@@ -107,13 +107,12 @@ def run_config_from_args(args: argparse.Namespace) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from kdbench.engine import check_model_paths_exist, is_main_process, plan_run, run_experiment
+    from kdbench.engine import is_main_process, plan_run, run_experiment
     from kdbench.engine.preflight import preflight
 
     config = run_config_from_args(args)
     if args.dry_run:  # everything a run checks before loading weights: configs, heads, the method's stages
         plan = plan_run(config)
-        check_model_paths_exist(config)
         built = preflight(plan)
         print(json.dumps(plan.config.to_dict(), indent=2, default=str))
         for line in built.describe():

@@ -70,9 +70,14 @@ def file_digest(path: Path | str) -> FileDigest:
     return result
 
 
+def written_as_path(name: str) -> bool:
+    """A name written as a path (absolute, ``./``, ``../``, ``~``): never a Hub id or a preset."""
+    return name.startswith(("/", "./", "../", "~"))
+
+
 def is_path_like(name: str) -> bool:
-    """A name written as a path (absolute, ``./``, ``../``, ``~``) or an existing file/folder."""
-    return name.startswith(("/", "./", "../", "~")) or Path(name).expanduser().exists()
+    """A name written as a path, or an existing file/folder."""
+    return written_as_path(name) or Path(name).expanduser().exists()
 
 
 def canonical_path(name: str) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kdbench.config import ConfigError, RunConfig
-from kdbench.fingerprint import data_fingerprint, identity_hash, model_fingerprint
+from kdbench.fingerprint import data_fingerprint, identity_hash, model_fingerprint, written_as_path
 from kdbench.method import Method
 from kdbench.plugins import METHODS, STUDENTS, TASKS
 from kdbench.students import StudentPreset
@@ -74,14 +74,18 @@ def plan_run(config: RunConfig) -> RunPlan:
 
 
 def check_model_paths_exist(config: RunConfig) -> None:
-    """Raise ConfigError for a student, teacher or tokenizer written as a path that does not exist.
+    """Raise ConfigError for a model that must be a local folder and does not exist.
 
     Not part of :func:`plan_run`: a sweep plans its dependent runs before the runs that produce
-    their models exist. A name written as a path (absolute, ``./``, ``../``, ``~``) is never a Hub id.
+    their models exist. A name written as a path (absolute, ``./``, ``../``, ``~``) or with two or
+    more slashes (a Hub id has one) is never a Hub id; say it is missing instead of letting the Hub
+    client complain about its form.
     """
-    for role, source in (("student", config.student), ("teacher", config.teacher), ("tokenizer", config.tokenizer)):
-        if source and source.startswith(("/", "./", "../", "~")) and not Path(source).expanduser().exists():
-            raise ConfigError(f"{role} folder {source!r} does not exist")
+    for role in ("student", "teacher", "tokenizer", "student_init_from"):
+        source = getattr(config, role)
+        if source and (written_as_path(source) or source.count("/") >= 2) and not Path(source).expanduser().exists():
+            where = "" if Path(source).expanduser().is_absolute() else f" (relative to {str(Path.cwd())!r})"
+            raise ConfigError(f"{role} folder {source!r} does not exist{where}")
 
 
 def _looks_like_model(name: str) -> bool:

@@ -17,7 +17,7 @@ from transformers import AutoConfig, PretrainedConfig
 
 from kdbench.config import ConfigError, RunConfig
 from kdbench.engine.models import head_kwargs
-from kdbench.engine.planning import RunPlan
+from kdbench.engine.planning import RunPlan, check_model_paths_exist
 from kdbench.method import Method, MethodContext, Stage
 from kdbench.task import HeadType, TaskSpec
 
@@ -59,15 +59,6 @@ def check_output_folder(config: RunConfig) -> None:
             if not parent.is_dir():
                 raise ConfigError(f"--output {config.output!r}: {str(parent)!r} is a file, not a folder")
             break
-
-
-def check_local_model_paths(config: RunConfig) -> None:
-    """A model name that cannot be a Hub id (``namespace/name`` has one slash) is a local path: if it
-    does not exist, say so instead of letting the Hub client complain about its form."""
-    for role in ("teacher", "student", "tokenizer"):
-        name = getattr(config, role)
-        if name and name.count("/") >= 2 and not Path(name).expanduser().exists():
-            raise ConfigError(f"{role} folder {name!r} does not exist (relative to {str(Path.cwd())!r})")
 
 
 def load_model_config(name: str, role: str, trust_remote_code: bool) -> PretrainedConfig:
@@ -160,7 +151,7 @@ def preflight(plan: RunPlan) -> DryRun:
     """Every plan-time check that needs model configs; raises ConfigError naming the bad value."""
     config, spec = plan.config, plan.task.spec
     check_output_folder(config)
-    check_local_model_paths(config)
+    check_model_paths_exist(config)
     teacher_config = None
     if config.teacher:
         teacher_config = load_model_config(config.teacher, "teacher", config.trust_remote_code)

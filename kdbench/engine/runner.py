@@ -29,7 +29,7 @@ from kdbench.disk import folder_bytes, human_bytes, prune_stage
 from kdbench.engine.checkpoints import last_complete_checkpoint, load_module, save_module
 from kdbench.engine.evaluation import evaluate_student
 from kdbench.engine.models import DistillationModule, training_device
-from kdbench.engine.planning import RunPlan, check_model_paths_exist, plan_run
+from kdbench.engine.planning import RunPlan, plan_run
 from kdbench.engine.preflight import preflight
 from kdbench.engine.resume import RunClock, StageClock, interrupted_status
 from kdbench.engine.run_log import StageProgress, TimedCheckpoints, run_log_file
@@ -74,7 +74,6 @@ def run_experiment(config: RunConfig, callbacks: Sequence[TrainerCallback] = ())
     on failure.
     """
     plan = plan_run(config)
-    check_model_paths_exist(config)
     preflight(plan)  # model configs, heads, lengths, the method's stages: before any run folder exists
     fresh = not plan.run_dir.exists()
     if not is_main_process():  # the other ranks of a multi-GPU job train alongside rank 0 and write nothing

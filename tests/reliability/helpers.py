@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -31,3 +32,10 @@ def cli_error(argv: list[str], capsys, output: Path | None = None) -> str:
     message = lines[0]
     print(f"\n[bad-input] {message}")
     return message
+
+
+def copy_data(tiny_world, tmp_path: Path) -> Path:
+    """A writable copy of the tiny world's data folder, to damage."""
+    data = tmp_path / "data"
+    shutil.copytree(tiny_world.data_dir, data)
+    return data

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +14,7 @@ from kdbench.constraints import constraint_of
 from kdbench.plugins import METHODS, TABLES
 from kdbench.registry import UnknownNameError
 
-from .helpers import cli_error
+from .helpers import cli_error, copy_data
 
 
 # -- names -------------------------------------------------------------------------------------
@@ -208,12 +207,6 @@ def test_teacher_and_student_vocabulary_sizes_differ(tiny_world, tmp_path, capsy
 
 
 # -- data --------------------------------------------------------------------------------------
-def _copy_data(tiny_world, tmp_path) -> Path:
-    data = tmp_path / "data"
-    shutil.copytree(tiny_world.data_dir, data)
-    return data
-
-
 def test_missing_data_folder(tiny_world, tmp_path, capsys):
     missing = tmp_path / "no-such-data"
     output = tmp_path / "runs"
@@ -222,7 +215,7 @@ def test_missing_data_folder(tiny_world, tmp_path, capsys):
 
 
 def test_missing_data_file(tiny_world, tmp_path, capsys):
-    data = _copy_data(tiny_world, tmp_path)
+    data = copy_data(tiny_world, tmp_path)
     (data / "glue_data" / "SST-2" / "dev.tsv").unlink()
     output = tmp_path / "runs"
     message = cli_error(tiny_world.run_args("kd", output, data_dir=data), capsys, output)
@@ -230,7 +223,7 @@ def test_missing_data_file(tiny_world, tmp_path, capsys):
 
 
 def test_empty_dataset(tiny_world, tmp_path, capsys):
-    data = _copy_data(tiny_world, tmp_path)
+    data = copy_data(tiny_world, tmp_path)
     (data / "glue_data" / "SST-2" / "train.tsv").write_text("sentence\tlabel\n")
     output = tmp_path / "runs"
     message = cli_error(tiny_world.run_args("kd", output, data_dir=data), capsys, output)
@@ -243,7 +236,7 @@ def test_empty_dataset(tiny_world, tmp_path, capsys):
     ("   \t1", "empty text"),
 ])
 def test_malformed_row_names_the_line(row, problem, tiny_world, tmp_path, capsys):
-    data = _copy_data(tiny_world, tmp_path)
+    data = copy_data(tiny_world, tmp_path)
     train = data / "glue_data" / "SST-2" / "train.tsv"
     lines = train.read_text().splitlines()
     lines.insert(5, row)  # line 6 of the file

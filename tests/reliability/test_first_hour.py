@@ -15,17 +15,11 @@ from kdbench.features import FeatureRequest
 from kdbench.method import Method, Stage, require_same_attention_heads
 from kdbench.plugins import METHODS
 
-from .helpers import cli_error
+from .helpers import cli_error, copy_data
 
 
 def _no_run_folder(output: Path) -> None:
     assert not output.exists() or not any(output.iterdir()), sorted(output.rglob("*"))
-
-
-def _data_copy(tiny_world, tmp_path: Path) -> Path:
-    data = tmp_path / "data"
-    shutil.copytree(tiny_world.data_dir, data)
-    return data
 
 
 def _set_teacher(argv: list[str], teacher: Path | str) -> list[str]:
@@ -40,7 +34,7 @@ def _set_teacher(argv: list[str], teacher: Path | str) -> list[str]:
     ("latin-1", "line 4: not UTF-8 text (byte b'\\xe9')"),
 ])
 def test_train_file_that_is_not_utf8_is_named(damage, expected, tiny_world, tmp_path, capsys):
-    data = _data_copy(tiny_world, tmp_path)
+    data = copy_data(tiny_world, tmp_path)
     train = data / "glue_data" / "SST-2" / "train.tsv"
     text = train.read_text()
     if damage == "utf-16":

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kdbench import __version__
+from kdbench.console import protect_console
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -35,6 +36,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "kdbench.tuning",
     "kdbench.bench",
     "kdbench.reproduce",
+    "kdbench.quickstart",
     "kdbench.disk",
     "kdbench.model_card",
     "kdbench.report",
@@ -219,6 +221,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    protect_console()  # a reader that goes away (`| head`, a killed `tee`) never fails the command
     parser = build_parser()
     # KEY=VALUE overrides may stand anywhere after the command (argparse alone would only take them
     # before the first option), so unknown tokens shaped like overrides are collected here.
@@ -243,9 +246,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("kdbench: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `kdbench list tables | head`: the reader left, which is not an error
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces stdout for the rest of the process
-        return 0
 
 
 def quiet_libraries() -> None:

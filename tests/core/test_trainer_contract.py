@@ -53,17 +53,16 @@ def test_trainer_calls_the_checkpoint_overrides_for_save_resume_and_best_model(t
     run_dir = run_experiment(config)
     intermediate_dir, stage_dir = run_dir / "stages" / "0-intermediate", run_dir / "stages" / "1-prediction"
 
-    # save: Trainer saved at steps 2 and 4 of both stages through _save_checkpoint/_save, in
-    # kdbench's layout (student/ + extras.safetensors).
-    assert len(calls["_save_checkpoint"]) == 4 and len(calls["_save"]) >= 4
-    for folder in (intermediate_dir, stage_dir):
-        checkpoints = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-        assert [p.name for p in checkpoints] == ["checkpoint-2", "checkpoint-4"]
-        for checkpoint in checkpoints:
-            assert (checkpoint / "student" / "model.safetensors").is_file()
-            assert (checkpoint / "trainer_state.json").is_file()
-    for checkpoint in intermediate_dir.glob("checkpoint-*"):
-        assert any(key.startswith("fit_dense.") for key in load_file(str(checkpoint / "extras.safetensors")))
+    # save: the prediction stage (it selects on dev) saved at its evaluations, steps 2 and 4, through
+    # _save_checkpoint/_save in kdbench's layout (student/ + extras.safetensors). The intermediate
+    # stage selects nothing, so it saves only on the clock (test below), not after every epoch.
+    assert len(calls["_save_checkpoint"]) == 2 and len(calls["_save"]) >= 2
+    assert not list(intermediate_dir.glob("checkpoint-*"))
+    checkpoints = sorted(stage_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    assert [p.name for p in checkpoints] == ["checkpoint-2", "checkpoint-4"]
+    for checkpoint in checkpoints:
+        assert (checkpoint / "student" / "model.safetensors").is_file()
+        assert (checkpoint / "trainer_state.json").is_file()
 
     # best model: a stage that selects on dev loads the best checkpoint through _load_best_model,
     # and that is what the stage keeps as its final weights.
@@ -83,3 +82,18 @@ def test_trainer_calls_the_checkpoint_overrides_for_save_resume_and_best_model(t
         "Trainer no longer calls _load_from_checkpoint on resume"
     assert len(calls["_save_checkpoint"]) - saves_before == 1  # step 4 only: training went on from step 2
     assert json.loads((run_dir / "result.json").read_text())["status"] == "completed"
+
+
+def test_a_stage_without_model_selection_checkpoints_on_the_clock_with_its_extras(tiny_teacher, shared_data,
+                                                                                   tmp_path):
+    # checkpoint_minutes so small that every step is "due": the intermediate stage saves each step, and
+    # its checkpoints carry the projection W it trains besides the student.
+    config = build_run_config({"method": "tinybert", "task": "sst2", "teacher": str(tiny_teacher),
+                               "student": "teacher-1l", "mode": "task", "data_dir": str(shared_data / "glue_data"),
+                               "output": str(tmp_path), **TINY_RUN, "train.save_total_limit": 10,
+                               "keep_checkpoints": "all", "checkpoint_minutes": 1e-9})
+    intermediate_dir = run_experiment(config) / "stages" / "0-intermediate"
+    checkpoints = sorted(intermediate_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    assert [p.name for p in checkpoints] == ["checkpoint-1", "checkpoint-2", "checkpoint-3", "checkpoint-4"]
+    for checkpoint in checkpoints:
+        assert any(key.startswith("fit_dense.") for key in load_file(str(checkpoint / "extras.safetensors")))

@@ -1,0 +1,85 @@
+"""``kdbench quickstart``: its spec, its verdict on hand-made scores, and a whole job on tiny models
+and real SST-2 rows (the job's runs are ordinary resumable runs; a second call trains nothing)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from kdbench.config import ConfigError
+from kdbench.quickstart import Comparison, QuickStart, build_spec, format_comparison, run_quickstart
+from kdbench.sweep import expand
+
+
+def test_spec_pairs_each_seed_with_a_no_teacher_run_from_the_same_initialisation():
+    spec = build_spec(QuickStart(seeds=(4, 7)), data_dir="/data")
+    assert spec["defaults"]["data_dir"] == "/data" and spec["defaults"]["max_train_samples"] == 4000
+    assert spec["stages"]["teacher"]["student"] == "minilm-l6"
+    by_name = {cell["name"]: cell for cell in spec["cells"]}
+    assert sorted(by_name) == ["distilled-s4", "distilled-s7", "no-teacher-s4", "no-teacher-s7"]
+    distilled, baseline = by_name["distilled-s7"], by_name["no-teacher-s7"]
+    assert distilled["method"] == "kd" and distilled["alpha"] == 0.5 and baseline["method"] == "finetune"
+    shared = ("student", "student_init", "student_init_from", "student_layers", "epochs", "seed", "teacher")
+    assert {k: distilled[k] for k in shared} == {k: baseline[k] for k in shared}
+    assert baseline["student_init_from"] == "minilm-l6"  # the pre-trained model, not the fine-tuned teacher
+
+
+@pytest.mark.parametrize("bad, message", [({"seeds": ()}, "at least one"), ({"seeds": (1, 1)}, "each seed once"),
+                                          ({"method": "finetune"}, "distillation method")])
+def test_bad_settings_are_named(bad, message):
+    with pytest.raises(ConfigError, match=message):
+        QuickStart(**bad)
+
+
+def comparison(distilled, no_teacher):
+    return Comparison("sst2", "acc", "kd", 85.0, dict(enumerate(distilled, 1)), dict(enumerate(no_teacher, 1)))
+
+
+def test_verdict_needs_a_gain_on_every_seed_beyond_twice_its_standard_error():
+    # gains 1.0, 1.2, 0.8: mean 1.0, std 0.2, standard error 0.115
+    helps = comparison([81.0, 81.2, 80.8], [80.0, 80.0, 80.0])
+    assert helps.gains == pytest.approx({1: 1.0, 2: 1.2, 3: 0.8})
+    assert helps.verdict().startswith("distillation helps") and "(0.12)" in helps.verdict()
+    # gains +2, -1, +2: mean +1 but not on every seed
+    assert comparison([82, 79, 82], [80, 80, 80]).verdict().startswith("no gain beyond the seed noise: mean +1.00")
+    assert comparison([79, 78.5, 79.2], [80, 80, 80]).verdict().startswith("distillation hurts")
+    assert comparison([81], [80]).verdict().startswith("one seed")
+
+
+def test_table_shows_each_seed_and_the_mean_and_std():
+    text = format_comparison(comparison([81.0, 81.2, 80.8], [80.0, 80.5, 79.5]))
+    assert "| student, distilled (kd) | 81.00 | 81.20 | 80.80 | 81.00 ± 0.20 |" in text
+    assert "| student, no teacher (finetune) | 80.00 | 80.50 | 79.50 | 80.00 ± 0.50 |" in text
+    assert "| gain of distillation | +1.00 | +0.70 | +1.30 | 1.00 ± 0.30 |" in text
+    assert "| teacher (fine-tuned) |  |  |  | 85.00 |" in text
+
+
+def test_whole_job_on_tiny_models_runs_once_and_reports_its_records(tmp_path, shared_data, minilm_path):
+    from tiny_models import make_tiny_bert
+
+    pretrained = make_tiny_bert(tmp_path / "pretrained", minilm_path, layers=4)
+    job = QuickStart(teacher_model=str(pretrained), max_train_samples=32, max_seq_length=32, batch_size=16,
+                     seeds=(1, 2), teacher_epochs=1, student_epochs=1, lr=1e-3)
+    printed = io.StringIO()
+    result = run_quickstart(job, tmp_path / "runs", data_dir=str(shared_data), out=printed)
+
+    sweep = expand(build_spec(job, str(shared_data)), tmp_path / "runs")
+    records = {name: json.loads((run.run_dir / "result.json").read_text()) for name, run in sweep.runs.items()}
+    assert result.teacher == records["teacher"]["metrics"]["acc"]
+    assert result.distilled == {s: records[f"distilled-s{s}"]["metrics"]["acc"] for s in (1, 2)}
+    assert result.no_teacher == {s: records[f"no-teacher-s{s}"]["metrics"]["acc"] for s in (1, 2)}
+    assert records["distilled-s2"]["method"] == "kd" and records["distilled-s2"]["seed"] == 2
+    assert records["no-teacher-s1"]["student_init"]["source"] == str(pretrained.resolve())
+    assert records["teacher"]["data"]["train_rows"] == 32
+    table = (tmp_path / "runs" / "comparison.md").read_text()
+    assert table.strip() in printed.getvalue() and "gain of distillation" in table
+    # The written spec is the job: it expands to the same run folders.
+    written = expand(__import__("yaml").safe_load((tmp_path / "runs" / "quickstart.yaml").read_text()))
+    assert {n: r.run_dir for n, r in written.runs.items()} == {n: r.run_dir for n, r in sweep.runs.items()}
+
+    stamps = {name: (run.run_dir / "result.json").stat().st_mtime_ns for name, run in sweep.runs.items()}
+    again = run_quickstart(job, tmp_path / "runs", data_dir=str(shared_data), out=io.StringIO())
+    assert again == result
+    assert stamps == {name: (run.run_dir / "result.json").stat().st_mtime_ns for name, run in sweep.runs.items()}

@@ -12,7 +12,6 @@ show a gain of distillation on a laptop CPU in about 10 minutes; every one can b
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from kdbench.claims import PairedDifference
 from kdbench.config import ConfigError
 
 TEACHER_STAGE = "teacher"
@@ -97,19 +97,14 @@ class Comparison:
     @property
     def gains(self) -> dict[int, float]:
         """Distilled minus no-teacher, seed by seed (both students of a seed share its initialisation)."""
-        return {seed: self.distilled[seed] - self.no_teacher[seed] for seed in self.distilled if seed in self.no_teacher}
+        return dict(self.difference.differences)
+
+    @property
+    def difference(self) -> PairedDifference:
+        return PairedDifference.of(self.distilled, self.no_teacher)
 
     def verdict(self) -> str:
-        gains = list(self.gains.values())
-        if len(gains) < 2:
-            return "one seed: no estimate of the seed noise, so no verdict on the gain"
-        mean, std = statistics.mean(gains), statistics.stdev(gains)
-        stderr = std / math.sqrt(len(gains))
-        if mean > 2 * stderr and all(g > 0 for g in gains):
-            return f"distillation helps: the gain is positive on every seed and exceeds twice its standard error ({stderr:.2f})"
-        if mean < -2 * stderr and all(g < 0 for g in gains):
-            return f"distillation hurts: the loss appears on every seed and exceeds twice its standard error ({stderr:.2f})"
-        return f"no gain beyond the seed noise: mean {mean:+.2f} against a standard error of {stderr:.2f}"
+        return self.difference.describe()
 
 
 def _mean_std(values: Sequence[float]) -> str:
@@ -133,7 +128,7 @@ def format_comparison(result: Comparison) -> str:
     lines = [f"**kdbench quickstart: {result.task}, dev {result.metric}**", "",
              "| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
-    lines += ["", f"Verdict: {result.verdict()}."]
+    lines += ["", f"Gain of distillation: {result.verdict()}."]
     return "\n".join(lines)
 
 

@@ -26,6 +26,7 @@ def test_committed_records_rerender_to_the_committed_table(table, tmp_path):
         pytest.skip(f"no records committed for {table} yet")
     out = render(table, records, tmp_path / "table.md")
     assert out.read_text() == (records.parent / "table.md").read_text()
+    assert (tmp_path / "claims.md").read_text() == (records.parent / "claims.md").read_text()
 
 
 def test_cells_of_one_row_share_its_label_and_have_distinct_names():

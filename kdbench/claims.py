@@ -1,0 +1,133 @@
+"""Does a paper's claim hold in our measurements? Paired seed differences against seed noise.
+
+A claim says one row beats another ("patient KD beats vanilla KD"). Both rows run with the same
+seeds, so the evidence is the per-seed difference of their dev scores: its mean, its sample std and
+its standard error. The verdict is deliberately strict:
+
+- ``holds``: the difference is positive on every seed and its mean exceeds twice its standard error;
+- ``reversed``: the same, negative;
+- ``within noise``: anything else with at least two seeds;
+- ``one seed`` / ``not run``: no estimate of the noise, or no pair of runs at all.
+
+Used by the reproduction study's claims tables (``kdbench reproduce``) and by ``kdbench quickstart``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+HOLDS, REVERSED, WITHIN_NOISE, ONE_SEED, NOT_RUN = "holds", "reversed", "within noise", "one seed", "not run"
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """``better − worse`` per seed (seeds run by both)."""
+
+    differences: Mapping[Any, float]
+
+    @classmethod
+    def of(cls, better: Mapping[Any, float], worse: Mapping[Any, float]) -> PairedDifference:
+        return cls({seed: better[seed] - worse[seed] for seed in better if seed in worse})
+
+    @property
+    def n(self) -> int:
+        return len(self.differences)
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.mean(self.differences.values()) if self.differences else None
+
+    @property
+    def std(self) -> float | None:
+        return statistics.stdev(self.differences.values()) if self.n >= 2 else None
+
+    @property
+    def stderr(self) -> float | None:
+        return self.std / math.sqrt(self.n) if self.std is not None else None
+
+    @property
+    def verdict(self) -> str:
+        if self.n == 0:
+            return NOT_RUN
+        if self.n == 1:
+            return ONE_SEED
+        values = list(self.differences.values())
+        if self.mean > 2 * self.stderr and all(v > 0 for v in values):
+            return HOLDS
+        if self.mean < -2 * self.stderr and all(v < 0 for v in values):
+            return REVERSED
+        return WITHIN_NOISE
+
+    def describe(self) -> str:
+        """The verdict in a sentence, with the figures behind it."""
+        if self.n == 0:
+            return "not run: no seed has both runs"
+        if self.n == 1:
+            return f"one seed ({self.mean:+.2f}): no estimate of the seed noise, so no verdict"
+        figures = f"mean {self.mean:+.2f} ± {self.std:.2f} over {self.n} seeds, standard error {self.stderr:.2f}"
+        return {HOLDS: f"holds: positive on every seed, {figures}",
+                REVERSED: f"reversed: negative on every seed, {figures}",
+                WITHIN_NOISE: f"within the seed noise: {figures}"}[self.verdict]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A paper's statement that row ``better`` beats row ``worse`` (rows named by their labels)."""
+
+    paper: str
+    statement: str
+    better: str
+    worse: str
+
+
+def scores_by_row(records: Any) -> dict[tuple[str, str], dict[Any, float]]:
+    """``{(row label, task): {seed: main dev metric}}`` of the completed runs of a records frame."""
+    from kdbench.plugins import TASKS
+
+    scores: dict[tuple[str, str], dict[Any, float]] = {}
+    if records is None or len(records) == 0:
+        return scores
+    for _, run in records.iterrows():
+        label = run.get("label")
+        if run.get("status") != "completed" or not isinstance(label, str):
+            continue
+        metric = TASKS.get(run["task"]).spec.main_metric
+        value = run.get(f"metric.{metric}")
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        scores.setdefault((label, run["task"]), {})[int(run["seed"])] = float(value)
+    return scores
+
+
+def claims_table(claims: Sequence[Claim], records: Any, tasks: Sequence[str]) -> str:
+    """Markdown: one line per claim and task, with both rows' mean ± std and the paired verdict."""
+    scores = scores_by_row(records)
+    lines = ["| paper | claim | task | better row | worse row | difference (paired) | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for claim in claims:
+        for task in tasks:
+            better, worse = scores.get((claim.better, task), {}), scores.get((claim.worse, task), {})
+            difference = PairedDifference.of(better, worse)
+            lines.append(f"| {claim.paper} | {claim.statement} | {task} | {claim.better} {_mean_std(better)} | "
+                         f"{claim.worse} {_mean_std(worse)} | {_difference(difference)} | {difference.verdict} |")
+    return "\n".join(lines)
+
+
+def _mean_std(values: Mapping[Any, float]) -> str:
+    if not values:
+        return "(not run)"
+    if len(values) == 1:
+        return f"{next(iter(values.values())):.2f} (1 seed)"
+    return f"{statistics.mean(values.values()):.2f} ± {statistics.stdev(values.values()):.2f} ({len(values)} seeds)"
+
+
+def _difference(difference: PairedDifference) -> str:
+    if difference.n == 0:
+        return "–"
+    if difference.n == 1:
+        return f"{difference.mean:+.2f} (1 seed)"
+    return f"{difference.mean:+.2f} ± {difference.std:.2f} (se {difference.stderr:.2f})"

@@ -1,0 +1,43 @@
+"""Claims against seed noise: paired per-seed differences, pinned on hand-computed values."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from kdbench.claims import HOLDS, NOT_RUN, ONE_SEED, REVERSED, WITHIN_NOISE, Claim, PairedDifference, claims_table
+
+
+def test_paired_difference_uses_only_seeds_run_by_both_rows():
+    difference = PairedDifference.of({1: 80.0, 2: 81.0, 3: 79.0, 4: 90.0}, {1: 79.0, 2: 79.5, 3: 78.5})
+    assert difference.differences == {1: 1.0, 2: 1.5, 3: 0.5}  # seed 4 has no partner
+    assert (difference.n, difference.mean, difference.std) == (3, 1.0, 0.5)
+    assert difference.stderr == pytest.approx(0.5 / 3 ** 0.5)
+    assert difference.verdict == HOLDS  # 1.0 > 2 x 0.289, positive on every seed
+
+
+@pytest.mark.parametrize("better, worse, verdict", [
+    ({1: 1.0, 2: 1.0, 3: 1.1}, {1: 0.0, 2: 0.0, 3: 0.0}, HOLDS),
+    ({1: 0.0, 2: 0.0, 3: 0.0}, {1: 1.0, 2: 1.0, 3: 1.1}, REVERSED),
+    ({1: 3.0, 2: 3.0, 3: -0.1}, {1: 0.0, 2: 0.0, 3: 0.0}, WITHIN_NOISE),  # mean 1.97 but one seed negative
+    ({1: 0.3, 2: 0.1, 3: 0.2, 4: 0.9}, {1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0}, HOLDS),  # 0.375 > 2 x 0.180
+    ({1: 0.1, 2: 0.1, 3: 0.1, 4: 2.0}, {1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0}, WITHIN_NOISE),  # 0.575 < 2 x 0.475
+    ({1: 1.0}, {1: 0.0}, ONE_SEED),
+    ({1: 1.0}, {2: 0.0}, NOT_RUN),
+])
+def test_verdicts(better, worse, verdict):
+    assert PairedDifference.of(better, worse).verdict == verdict
+
+
+def test_claims_table_reads_the_main_metric_of_completed_runs_by_row_label():
+    rows = [("kd-3l", 1, 86.0), ("kd-3l", 2, 87.0), ("kd-3l", 3, 86.5), ("finetune-3l", 1, 85.0),
+            ("finetune-3l", 2, 85.5), ("finetune-3l", 3, 85.5)]
+    records = pd.DataFrame([{"label": label, "task": "mrpc", "seed": seed, "status": "completed",
+                             "metric.f1": f1, "metric.acc": 0.0} for label, seed, f1 in rows]
+                           + [{"label": "kd-3l", "task": "mrpc", "seed": 4, "status": "failed", "metric.f1": 99.0}])
+    table = claims_table([Claim("Hinton", "KD beats fine-tuning", "kd-3l", "finetune-3l")], records, ["mrpc", "rte"])
+    lines = table.splitlines()
+    # f1 (MRPC's main metric), not acc; the failed seed-4 run is left out. Differences 1.0, 1.5, 1.0.
+    assert lines[2] == ("| Hinton | KD beats fine-tuning | mrpc | kd-3l 86.50 ± 0.50 (3 seeds) | finetune-3l 85.33 ± 0.29 "
+                        "(3 seeds) | +1.17 ± 0.29 (se 0.17) | holds |")
+    assert lines[3] == ("| Hinton | KD beats fine-tuning | rte | kd-3l (not run) | finetune-3l (not run) | – | not run |")

@@ -20,10 +20,20 @@ def test_spec_pairs_each_seed_with_a_no_teacher_run_from_the_same_initialisation
     by_name = {cell["name"]: cell for cell in spec["cells"]}
     assert sorted(by_name) == ["distilled-s4", "distilled-s7", "no-teacher-s4", "no-teacher-s7"]
     distilled, baseline = by_name["distilled-s7"], by_name["no-teacher-s7"]
-    assert distilled["method"] == "kd" and distilled["alpha"] == 0.5 and baseline["method"] == "finetune"
-    shared = ("student", "student_init", "student_init_from", "student_layers", "epochs", "seed", "teacher")
+    assert distilled["method"] == "tinybert" and baseline["method"] == "finetune"
+    shared = ("student", "student_init", "seed", "teacher")
     assert {k: distilled[k] for k in shared} == {k: baseline[k] for k in shared}
-    assert baseline["student_init_from"] == "minilm-l6"  # the pre-trained model, not the fine-tuned teacher
+    # as many passes over the data: 5 intermediate + 3 prediction epochs against 8 of fine-tuning
+    assert distilled["intermediate_epochs"] + distilled["prediction_epochs"] == baseline["epochs"] == 8
+    assert "epochs" not in distilled  # the stages' own epochs, not a run-wide value
+
+
+def test_students_may_start_from_the_pretrained_teacher_model():
+    keys = {"student_init": "teacher", "student_init_from": "minilm-l6", "student_layers": "bottom"}
+    spec = build_spec(QuickStart(student="teacher-3l", student_keys=keys, method="kd", method_keys={"alpha": 0.5},
+                                 baseline_epochs=2))
+    for cell in spec["cells"]:
+        assert {k: cell[k] for k in keys} == keys and cell["student"] == "teacher-3l"
 
 
 @pytest.mark.parametrize("bad, message", [({"seeds": ()}, "at least one"), ({"seeds": (1, 1)}, "each seed once"),
@@ -60,8 +70,10 @@ def test_whole_job_on_tiny_models_runs_once_and_reports_its_records(tmp_path, sh
     from tiny_models import make_tiny_bert
 
     pretrained = make_tiny_bert(tmp_path / "pretrained", minilm_path, layers=4)
-    job = QuickStart(teacher_model=str(pretrained), max_train_samples=32, max_seq_length=32, batch_size=16,
-                     seeds=(1, 2), teacher_epochs=1, student_epochs=1, lr=1e-3)
+    job = QuickStart(teacher_model=str(pretrained), student="teacher-2l",
+                     student_keys={"student_init": "teacher", "student_init_from": str(pretrained)},
+                     method_keys={"intermediate_epochs": 1, "prediction_epochs": 1}, baseline_epochs=2,
+                     max_train_samples=32, max_seq_length=32, batch_size=16, seeds=(1, 2), teacher_epochs=1, lr=1e-3)
     printed = io.StringIO()
     result = run_quickstart(job, tmp_path / "runs", data_dir=str(shared_data), out=printed)
 
@@ -70,7 +82,8 @@ def test_whole_job_on_tiny_models_runs_once_and_reports_its_records(tmp_path, sh
     assert result.teacher == records["teacher"]["metrics"]["acc"]
     assert result.distilled == {s: records[f"distilled-s{s}"]["metrics"]["acc"] for s in (1, 2)}
     assert result.no_teacher == {s: records[f"no-teacher-s{s}"]["metrics"]["acc"] for s in (1, 2)}
-    assert records["distilled-s2"]["method"] == "kd" and records["distilled-s2"]["seed"] == 2
+    assert records["distilled-s2"]["method"] == "tinybert" and records["distilled-s2"]["seed"] == 2
+    assert [s["name"] for s in records["distilled-s1"]["stages"]] == ["intermediate", "prediction"]
     assert records["no-teacher-s1"]["student_init"]["source"] == str(pretrained.resolve())
     assert records["teacher"]["data"]["train_rows"] == 32
     table = (tmp_path / "runs" / "comparison.md").read_text()

@@ -142,22 +142,44 @@ def _score(values: Mapping[int, float], seed: int, signed: bool = False) -> str:
 
 
 def collect(job: QuickStart, sweep: Any) -> Comparison:
-    """The scores of the job's completed runs (a run without a completed record is an error)."""
-    from kdbench.plugins import TASKS
+    """The comparison of the job's runs (a run without a completed record is an error)."""
     from kdbench.records import read_record
 
-    metric = TASKS.get(job.task).spec.main_metric
-    scores: dict[str, float] = {}
+    records = []
     for run in sweep.runs.values():
         record_path = run.run_dir / "result.json"
         record = read_record(record_path) if record_path.is_file() else None
         if record is None or record["status"] != "completed":
             raise ConfigError(f"quickstart: run {run.name} has no completed record in {run.run_dir}")
-        scores[run.name] = float(record["metrics"][metric])
-    return Comparison(
-        task=job.task, metric=metric, method=job.method, teacher=scores[TEACHER_STAGE],
-        distilled={s: scores[f"{DISTILLED}-s{s}"] for s in job.seeds},
-        no_teacher={s: scores[f"{NO_TEACHER}-s{s}"] for s in job.seeds})
+        records.append(record)
+    return compare(records)
+
+
+def compare(records: Sequence[Mapping[str, Any]]) -> Comparison:
+    """The comparison of a quick start's records, told apart by their labels: the teacher stage has
+    none, the students are ``distilled`` or ``no-teacher``."""
+    from kdbench.plugins import TASKS
+
+    teachers = [r for r in records if r.get("label") is None]
+    if len(teachers) != 1:
+        raise ConfigError(f"quickstart records: need exactly one teacher record (no label), found {len(teachers)}")
+    task = teachers[0]["task"]
+    metric = TASKS.get(task).spec.main_metric
+
+    def scores(label: str) -> dict[int, float]:
+        return {int(r["seed"]): float(r["metrics"][metric]) for r in records if r.get("label") == label}
+
+    methods = {r["method"] for r in records if r.get("label") == DISTILLED}
+    return Comparison(task=task, metric=metric, method=", ".join(sorted(methods)),
+                      teacher=float(teachers[0]["metrics"][metric]), distilled=scores(DISTILLED),
+                      no_teacher=scores(NO_TEACHER))
+
+
+def compare_folder(folder: Path) -> Comparison:
+    """:func:`compare` over the records under ``folder`` (e.g. a copy of a quick start's records)."""
+    from kdbench.records import find_records, read_record
+
+    return compare([read_record(path) for path in find_records(folder)])
 
 
 def run_quickstart(job: QuickStart, output: Path, data_dir: str | None = None, out: Any = None) -> Comparison:
@@ -214,3 +236,56 @@ def add_command(subparsers: Any) -> None:
     quickstart.add_argument("--max-train-samples", type=int, default=defaults.max_train_samples,
                             help="training rows used (default %(default)s; 0: all)")
     quickstart.set_defaults(handler=cmd_quickstart)
+
+
+# ---------------------------------------------------------------------------------------------
+# The search behind the defaults (results/reproduction/quickstart/search/)
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SearchSetting:
+    """One setting tried for the quick start: its distilled runs live in ``search/<name>/``, its
+    no-teacher runs (method ``finetune``) in ``search/<baseline>/``."""
+
+    name: str
+    description: str
+    baseline: str
+
+
+SEARCH: tuple[SearchSetting, ...] = (
+    SearchSetting("A-kd-pretrained-3l", "`kd` (α 0.5, T 2), 2 epochs, 3-layer student from the pre-trained "
+                  "MiniLM's bottom layers; baseline: same student fine-tuned 2 epochs", "A-kd-pretrained-3l"),
+    SearchSetting("B-kd-transfer-12k", "`kd` with α 1 (soft targets only: gold labels weigh 0) on 12,000 rows, the "
+                  "4,000 labelled ones and 8,000 more, 1 epoch, same student; baseline: A's", "A-kd-pretrained-3l"),
+    SearchSetting("C-tinybert-td-narrow-5+3", "`tinybert` task distillation (5 intermediate + 3 prediction epochs) "
+                  "into `teacher-3l-192` from random weights; baseline: same student fine-tuned 8 epochs",
+                  "C-tinybert-td-narrow-5+3"),
+    SearchSetting("D-tinybert-td-narrow-10+3", "as C with 10 intermediate epochs; baseline fine-tuned 13 epochs",
+                  "D-tinybert-td-narrow-10+3"),
+)
+
+
+def _scores(folder: Path, distilled: bool) -> dict[int, float]:
+    from kdbench.plugins import TASKS
+    from kdbench.records import read_record
+
+    scores = {}
+    for path in sorted(folder.glob("*/result.json")):
+        record = read_record(path)
+        if record["status"] == "completed" and (record["method"] != "finetune") == distilled:
+            scores[int(record["seed"])] = float(record["metrics"][TASKS.get(record["task"]).spec.main_metric])
+    return scores
+
+
+def render_search(folder: Path, settings: Sequence[SearchSetting] = SEARCH) -> str:
+    """Markdown: per setting tried, both students' dev scores and the paired gain's verdict."""
+    lines = ["| setting | distilled (per seed) | no teacher (per seed) | gain, paired | verdict |", "|---|---|---|---|---|"]
+    for setting in settings:
+        if not (folder / setting.name).is_dir():
+            continue
+        distilled, baseline = _scores(folder / setting.name, True), _scores(folder / setting.baseline, False)
+        difference = PairedDifference.of(distilled, baseline)
+        per_seed = [f"{_mean_std(list(v.values()))} ({', '.join(f'{v[s]:.2f}' for s in sorted(v))})"
+                    for v in (distilled, baseline)]
+        lines.append(f"| **{setting.name}**: {setting.description} | {per_seed[0]} | {per_seed[1]} | "
+                     f"{_mean_std(list(difference.differences.values()))} | {difference.verdict} |")
+    return "\n".join(lines)

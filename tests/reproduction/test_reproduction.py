@@ -40,3 +40,17 @@ def test_cells_of_one_row_share_its_label_and_have_distinct_names():
     # Students start from the pre-trained MiniLM, never from the fine-tuned teacher they are compared with.
     assert wide["student_init_from"] == "minilm-l6" and wide["teacher"] == f"${{teacher-{wide['task']}}}"
     assert Path(SPEC_FOLDER).name == "reproduction"
+
+
+def test_quickstart_search_rerenders_from_its_committed_records():
+    from kdbench.quickstart import render_search
+
+    folder = SPEC_FOLDER / "quickstart"
+    assert render_search(folder / "search") + "\n" == (folder / "search.md").read_text()
+
+
+def test_quickstart_run_rerenders_from_its_committed_records():
+    from kdbench.quickstart import compare_folder, format_comparison
+
+    folder = SPEC_FOLDER / "quickstart" / "run"
+    assert format_comparison(compare_folder(folder)) + "\n" == (folder / "comparison.md").read_text()

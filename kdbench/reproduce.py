@@ -234,8 +234,21 @@ def render_claims(table: str, records: Path, out: Path) -> Path:
             "Difference: better − worse per seed (both rows run the same seeds), mean ± sample std, se = std/√n. "
             "Verdict: *holds* / *reversed* when the difference has one sign on every seed and its mean exceeds "
             "twice its standard error; *within noise* otherwise; *one seed* / *not run* without a noise estimate.\n")
+    text += "\n" + compute_summary(frame) + "\n"
     out.write_text(text)
     return out
+
+
+def compute_summary(frame: Any) -> str:
+    """The training time behind a table: completed runs and their summed ``train_seconds``, and the
+    kdbench commits that produced them."""
+    if frame is None or len(frame) == 0:
+        return "Compute: no run recorded yet."
+    done = frame[frame["status"] == "completed"]
+    hours = float(done["train_seconds"].fillna(0).sum()) / 3600 if "train_seconds" in done else 0.0
+    commits = sorted({r["commit"][:7] for r in done.get("kdbench_revision", []) if isinstance(r, dict) and r.get("commit")})
+    return (f"Compute: {len(done)} completed runs, {hours:.2f} hours of training (summed `train_seconds`; "
+            f"the machine is named in the study's README); commits: {', '.join(commits) or 'unknown'}.")
 
 
 def plot(records: Path, out_dir: Path) -> list[Path]:

@@ -123,8 +123,14 @@ def cross_method_rows() -> list[Row]:
     return rows
 
 
+def pkd_rows() -> list[Row]:
+    """BERT-PKD's Table 2 (Skip vs Last): table 1's PKD rows, the same cells (so the same run folders)."""
+    return [row for row in cross_method_rows() if row.method == "pkd"]
+
+
 TABLE_ROWS = {
     "cross-method": cross_method_rows,
+    "pkd-skip-last": pkd_rows,
 }
 
 # The papers' claims each table tests: row `better` beats row `worse` (kdbench.claims decides,
@@ -140,6 +146,7 @@ TABLE_CLAIMS: dict[str, list[Claim]] = {
         Claim("TinyBERT", "task distillation (TD) beats vanilla KD (narrow student)", "tinybert-td-3l-192", "kd-3l-192"),
         Claim("TinyBERT", "TinyBERT beats BERT-PKD (Table 1)", "tinybert-td-3l", "pkd-skip-3l"),
     ],
+    "pkd-skip-last": [Claim("BERT-PKD", "PKD-skip beats PKD-last (Table 2)", "pkd-skip-3l", "pkd-last-3l")],
 }
 
 
@@ -185,7 +192,10 @@ def write_spec(table: str, folder: Path = SPEC_FOLDER, scale: MiniScale = MINI) 
 # Records and rendering
 # ---------------------------------------------------------------------------------------------
 RECORD_FILES = ("result.json", "config.yaml", "loss_terms.jsonl")
-PAPER_TABLES = {"cross-method": "cross-method"}  # reproduction table -> kdbench table spec that renders it
+MINI_SCALE_NOTE = ("ours = kdbench's mini scale: teacher MiniLM-L6 (6 layers, hidden 384) fine-tuned per task, students "
+                   "of 3 layers (`teacher-3l`: hidden 384; `teacher-3l-192`: hidden 192), not the paper's models; "
+                   "see results/reproduction/README.md")
+PAPER_TABLES = {"cross-method": "cross-method", "pkd-skip-last": "pkd-table2"}  # reproduction table -> kdbench table spec that renders it
 
 
 def records_folder(table: str, root: Path = SPEC_FOLDER) -> Path:
@@ -218,7 +228,8 @@ def render(table: str, records: Path, out: Path) -> Path:
     the paired seed difference and its verdict against seed noise."""
     from kdbench import tables
 
-    out.write_text(tables.render(tables.build_table(PAPER_TABLES[table], records), "markdown") + "\n")
+    text = tables.render(tables.build_table(PAPER_TABLES[table], records), "markdown")
+    out.write_text(text + f"\n- {MINI_SCALE_NOTE}\n")
     render_claims(table, records, out.parent / "claims.md")
     return out
 

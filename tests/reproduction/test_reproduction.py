@@ -54,3 +54,11 @@ def test_quickstart_run_rerenders_from_its_committed_records():
 
     folder = SPEC_FOLDER / "quickstart" / "run"
     assert format_comparison(compare_folder(folder)) + "\n" == (folder / "comparison.md").read_text()
+
+
+def test_pkd_table_runs_exactly_table_one_pkd_cells():
+    """Table 3 shares table 1's PKD runs: identical cells, so identical run folders and one training."""
+    cross = {cell["name"]: cell for cell in build_spec("cross-method")["cells"]}
+    pkd = build_spec("pkd-skip-last")["cells"]
+    assert {cell["label"] for cell in pkd} == {"pkd-skip-3l", "pkd-last-3l"}
+    assert len(pkd) == 2 * 23 and all(cell == cross[cell["name"]] for cell in pkd)

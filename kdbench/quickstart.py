@@ -188,16 +188,18 @@ def run_quickstart(job: QuickStart, output: Path, data_dir: str | None = None, o
     import sys
 
     from kdbench.config import build_run_config
-    from kdbench.engine import run_experiment
+    from kdbench.engine import plan_run, run_experiment
+    from kdbench.engine.preflight import preflight
     from kdbench.sweep import expand
 
     out = out or sys.stdout
     spec = build_spec(job, data_dir)
+    sweep = expand(spec, output)
+    configs = {name: build_run_config(dict(run.values)) for name, run in sweep.runs.items()}  # bad keys fail here
+    preflight(plan_run(configs[TEACHER_STAGE]))  # the data and the teacher model, before anything is written
     output.mkdir(parents=True, exist_ok=True)
     spec_path = output / SPEC_FILE
     spec_path.write_text(yaml.safe_dump({**spec, "output": str(output.resolve())}, sort_keys=False))
-    sweep = expand(spec, output)
-    configs = {name: build_run_config(dict(run.values)) for name, run in sweep.runs.items()}  # bad keys fail here
     for number, (name, run) in enumerate(sweep.runs.items(), start=1):
         print(f"[kdbench quickstart] {number}/{len(sweep.runs)} {name}: {run.run_dir}", file=out, flush=True)
         run_experiment(configs[name])

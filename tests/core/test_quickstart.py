@@ -96,3 +96,13 @@ def test_whole_job_on_tiny_models_runs_once_and_reports_its_records(tmp_path, sh
     again = run_quickstart(job, tmp_path / "runs", data_dir=str(shared_data), out=io.StringIO())
     assert again == result
     assert stamps == {name: (run.run_dir / "result.json").stat().st_mtime_ns for name, run in sweep.runs.items()}
+
+
+def test_bad_data_dir_is_named_before_anything_is_written(tmp_path, minilm_path):
+    from tiny_models import make_tiny_bert
+
+    pretrained = make_tiny_bert(tmp_path / "pretrained", minilm_path, layers=4)
+    job = QuickStart(teacher_model=str(pretrained), student="teacher-2l")
+    with pytest.raises(Exception, match="no SST-2 data folder.*nowhere"):
+        run_quickstart(job, tmp_path / "runs", data_dir=str(tmp_path / "nowhere"), out=io.StringIO())
+    assert not (tmp_path / "runs").exists()

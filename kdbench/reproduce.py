@@ -65,6 +65,12 @@ class MiniScale:
         "seed": 1})
     student_epochs: int = 3
     student_lr: float = 1e-4
+    # Pre-training-style stages (MLM adaptation of the teacher, DistilBERT pre-training, MobileBERT
+    # transfer, TinyBERT GD) read a corpus of the GLUE training sentences, far smaller than the
+    # papers' Wikipedia + BookCorpus: ~97,600 distinct sentences, the first corpus_lines used.
+    corpus_tasks: tuple[str, ...] = ("cola", "sst2", "mrpc", "stsb", "rte")
+    corpus_lines: int = 50_000
+    pretraining_epochs: float = 1.0
 
     def task(self, name: str) -> TaskScale:
         return next(t for t in self.tasks if t.name == name)
@@ -91,7 +97,9 @@ class Row:
     label: str
     method: str
     keys: dict[str, Any] = field(default_factory=dict)
-    needs: tuple[str, ...] = ()  # stages (besides the task's teacher) the row's keys refer to
+    # A corpus stage run once for the row (e.g. DistilBERT pre-training); its model is the student
+    # every cell of the row starts from. Its keys may refer to ${teacher-mlm}.
+    upstream: dict[str, Any] | None = None
 
 
 def _student_keys(student: str) -> dict[str, Any]:
@@ -142,6 +150,55 @@ def tinybert_mapping_rows() -> list[Row]:
         Row(f"tinybert-td-3l-192-{mapping}", "tinybert", {**init, "mapping": mapping}) for mapping in ("top", "bottom")]
 
 
+MLM_TEACHER = "teacher-mlm"  # the pre-trained teacher with its masked-LM head adapted on the corpus
+CORPUS = f"{OUTPUT}/corpus/glue-mini.txt"
+
+
+def _pretraining(method: str, lr: float, **keys: Any) -> dict[str, Any]:
+    """A corpus stage from the MLM-adapted teacher at the method's own learning rate (the spec's
+    default lr is the fine-tuning one, and an explicit run value would win over the method's)."""
+    return {"method": method, "teacher": f"${{{MLM_TEACHER}}}", "lr": lr, **keys}
+
+
+def distilbert_ablation_rows() -> list[Row]:
+    """DistilBERT's Table 4 at mini scale: pre-training distillation on the corpus (triple loss,
+    student from every other teacher layer), each loss or the initialisation removed in turn, then
+    fine-tuning on every task."""
+    student = {"student": WIDE_STUDENT, "student_init": "teacher", "student_layers": "every-other"}
+    variants = {"triple-loss": {}, "wo-cos": {"alpha_cos": 0.0}, "wo-mlm": {"alpha_mlm": 0.0},
+                "wo-ce": {"alpha_ce": 0.0}, "random-init": {"student_init": "random", "student_layers": None}}
+    rows = []
+    for label, change in variants.items():
+        keys = {k: v for k, v in {**student, **change}.items() if v is not None}
+        rows.append(Row(label, "finetune", upstream=_pretraining("distilbert-pretrain", 5e-4, **keys)))
+    return rows
+
+
+MOBILEBERT_STUDENT = "mobilebert-6l-384"
+_PROGRESSIVE = {"strategy": "progressive", "progressive_schedule": "code"}
+
+
+def mobilebert_strategy_rows() -> list[Row]:
+    """MobileBERT's Table 8 at mini scale: auxiliary, joint, progressive knowledge transfer on the
+    corpus into a 6-layer bottleneck student, then fine-tuning."""
+    objectives = {"student": MOBILEBERT_STUDENT, "use_fmt": True, "use_at": True}
+    return [Row(label, "finetune", upstream=_pretraining("mobilebert", 1.5e-3, **objectives, **strategy))
+            for label, strategy in (("akt", {"strategy": "auxiliary"}), ("jkt", {"strategy": "joint"}),
+                                    ("pkt", _PROGRESSIVE))]
+
+
+def mobilebert_objective_rows() -> list[Row]:
+    """MobileBERT's Table 9 at mini scale: the student pre-trained on the corpus by masked LM alone
+    (bare), then with PD, + FMT, + AT (progressive transfer), each fine-tuned."""
+    bare = {"method": "finetune", "teacher": f"${{{MLM_TEACHER}}}", "student": MOBILEBERT_STUDENT,
+            "student_init": "random", "lr": 1.5e-3}  # the teacher gives the student its shape and tokenizer only
+    rows = [Row("bare", "finetune", upstream=bare)]
+    for label, fmt, at in (("pd", False, False), ("pd-fmt", True, False), ("pd-fmt-at", True, True)):
+        rows.append(Row(label, "finetune", upstream=_pretraining(
+            "mobilebert", 1.5e-3, student=MOBILEBERT_STUDENT, use_pd=True, use_fmt=fmt, use_at=at, **_PROGRESSIVE)))
+    return rows
+
+
 def pkd_rows() -> list[Row]:
     """BERT-PKD's Table 2 (Skip vs Last): table 1's PKD rows, the same cells (so the same run folders)."""
     return [row for row in cross_method_rows() if row.method == "pkd"]
@@ -152,10 +209,15 @@ TABLE_ROWS = {
     "pkd-skip-last": pkd_rows,
     "tinybert-objectives": tinybert_objective_rows,
     "tinybert-mappings": tinybert_mapping_rows,
+    "distilbert-ablation": distilbert_ablation_rows,
+    "mobilebert-strategies": mobilebert_strategy_rows,
+    "mobilebert-objectives": mobilebert_objective_rows,
 }
 TABLE_TASKS: dict[str, tuple[str, ...]] = {  # tables on a subset of the study's tasks (default: all)
     "tinybert-objectives": TINYBERT_ABLATION_TASKS,
     "tinybert-mappings": TINYBERT_ABLATION_TASKS,
+    "mobilebert-strategies": ("sst2", "mrpc"),  # the tasks the paper's tables share with the study
+    "mobilebert-objectives": ("sst2", "mrpc"),
 }
 
 # The papers' claims each table tests: row `better` beats row `worse` (kdbench.claims decides,
@@ -175,6 +237,20 @@ TABLE_CLAIMS: dict[str, list[Claim]] = {
     "tinybert-objectives": [
         Claim("TinyBERT", f"every objective helps: removing {name} hurts (Table 3)", "tinybert-td-3l-192",
               f"tinybert-td-3l-192-wo-{name}") for name in TINYBERT_OBJECTIVES],
+    "distilbert-ablation": [
+        Claim("DistilBERT", f"the triple loss with teacher init beats {name} (Table 4: {delta} GLUE macro-score)",
+              "triple-loss", label)
+        for label, name, delta in (("wo-cos", "−L_cos", "−1.46"), ("wo-mlm", "−L_mlm", "−0.31"),
+                                   ("wo-ce", "−L_ce", "−2.96"), ("random-init", "random init", "−3.69"))],
+    "mobilebert-strategies": [
+        Claim("MobileBERT", "joint transfer beats auxiliary transfer (Table 8)", "jkt", "akt"),
+        Claim("MobileBERT", "progressive transfer beats joint transfer (Table 8)", "pkt", "jkt"),
+    ],
+    "mobilebert-objectives": [
+        Claim("MobileBERT", "pre-training distillation (PD) beats the bare student (Table 9)", "pd", "bare"),
+        Claim("MobileBERT", "adding FMT to PD helps (Table 9)", "pd-fmt", "pd"),
+        Claim("MobileBERT", "adding AT to PD + FMT helps (Table 9)", "pd-fmt-at", "pd-fmt"),
+    ],
     "tinybert-mappings": [
         Claim("TinyBERT", "the uniform mapping beats the top mapping (Table 4)", "tinybert-td-3l-192",
               "tinybert-td-3l-192-top"),
@@ -190,16 +266,26 @@ def build_spec(table: str, scale: MiniScale = MINI) -> dict[str, Any]:
         raise KeyError(f"unknown reproduction table {table!r} (known: {', '.join(sorted(TABLE_ROWS))})")
     rows = TABLE_ROWS[table]()
     tasks = [task for task in scale.tasks if task.name in TABLE_TASKS.get(table, (task.name,))]
-    stages = {f"teacher-{task.name}": teacher_stage(scale, task) for task in tasks}
+    stages = {f"teacher-{task.name}": teacher_stage(scale, task) for task in tasks
+              if any(not row.upstream for row in rows)}  # rows with an upstream stage need no task teacher
+    if any(row.upstream for row in rows):
+        corpus = {"task": "corpus", "corpus": CORPUS, "max_train_samples": scale.corpus_lines,
+                  "epochs": scale.pretraining_epochs}
+        stages[MLM_TEACHER] = {"method": "finetune", "student": TEACHER_MODEL, "student_init": "pretrained",
+                               "seed": 1, **corpus}
+        for row in rows:
+            if row.upstream:
+                stages[f"{row.label}-pretrain"] = {"seed": 1, **corpus, **row.upstream}
     cells = []
     for row in rows:
         for task in tasks:
             for seed in task.seeds:
                 cell: dict[str, Any] = {"name": f"{row.label}-{task.name}-s{seed}", "label": row.label,
                                         "method": row.method, "task": task.name, "seed": seed, **_task_keys(task)}
-                # Every cell names its task's teacher: a finetune cell uses it only for the student's
-                # shape, initialisation and tokenizer.
-                cell["teacher"] = f"${{teacher-{task.name}}}"
+                if row.upstream:  # fine-tune the row's pre-trained student
+                    cell.update(student=f"${{{row.label}-pretrain}}", student_init="pretrained")
+                else:  # every cell names its task's teacher (a finetune cell: the student's shape and tokenizer)
+                    cell["teacher"] = f"${{teacher-{task.name}}}"
                 if row.method == "tinybert":
                     cell["intermediate_epochs"] = task.intermediate_epochs
                 cell.update(row.keys)
@@ -212,6 +298,31 @@ def build_spec(table: str, scale: MiniScale = MINI) -> dict[str, Any]:
         "stages": stages,
         "cells": cells,
     }
+
+
+@dataclass(frozen=True)
+class Prerequisite:
+    """A file a table's runs read that no run produces: built by ``kdbench reproduce`` before its
+    sweep (and before run folders are known: they hash the file's content), kept when present."""
+
+    path: str  # relative to the folder the command runs in, like the spec's output
+    description: str
+
+    def ensure(self, scale: MiniScale = MINI) -> bool:
+        """Build the file unless present; True when it was built now."""
+        if Path(self.path).is_file():
+            return False
+        from kdbench.tasks.corpus import write_glue_corpus
+
+        write_glue_corpus(scale.corpus_tasks, None, self.path, dedupe=True)
+        return True
+
+
+GLUE_CORPUS = Prerequisite(CORPUS, "the GLUE training sentences of the study's tasks, deduplicated (kdbench corpus glue)")
+
+
+def prerequisites(table: str) -> list[Prerequisite]:
+    return [GLUE_CORPUS] if any(row.upstream for row in TABLE_ROWS[table]()) else []
 
 
 def write_spec(table: str, folder: Path = SPEC_FOLDER, scale: MiniScale = MINI) -> Path:
@@ -227,11 +338,16 @@ def write_spec(table: str, folder: Path = SPEC_FOLDER, scale: MiniScale = MINI) 
 # Records and rendering
 # ---------------------------------------------------------------------------------------------
 RECORD_FILES = ("result.json", "config.yaml", "loss_terms.jsonl")
-MINI_SCALE_NOTE = ("ours = kdbench's mini scale: teacher MiniLM-L6 (6 layers, hidden 384) fine-tuned per task, students "
-                   "of 3 layers (`teacher-3l`: hidden 384; `teacher-3l-192`: hidden 192), not the paper's models; "
-                   "see results/reproduction/README.md")
+MINI_SCALE_NOTE = ("ours = kdbench's mini scale: teacher MiniLM-L6 (6 layers, hidden 384) fine-tuned per task, "
+                   "students of 3 layers (`teacher-3l`, `teacher-3l-192`) or the 6-layer bottleneck "
+                   "`mobilebert-6l-384`, not the paper's models; see results/reproduction/README.md")
+# reproduction table -> the kdbench table spec that renders it
 PAPER_TABLES = {"cross-method": "cross-method", "pkd-skip-last": "pkd-table2",
-                "tinybert-objectives": "tinybert-v5-table3", "tinybert-mappings": "tinybert-v5-table4"}  # reproduction table -> kdbench table spec that renders it
+                "tinybert-objectives": "tinybert-v5-table3", "tinybert-mappings": "tinybert-v5-table4",
+                # DistilBERT's Table 4 prints GLUE macro-score deltas, not scores: our rows are laid out
+                # as table 1's, and each claim states the paper's delta
+                "distilbert-ablation": "cross-method",
+                "mobilebert-strategies": "mobilebert-table8", "mobilebert-objectives": "mobilebert-table9"}
 
 
 def records_folder(table: str, root: Path = SPEC_FOLDER) -> Path:
@@ -265,9 +381,22 @@ def render(table: str, records: Path, out: Path) -> Path:
     from kdbench import tables
 
     text = tables.render(tables.build_table(PAPER_TABLES[table], records), "markdown")
-    out.write_text(text + f"\n- {MINI_SCALE_NOTE}\n")
+    text += f"\n- {MINI_SCALE_NOTE}\n"
+    missing = not_run_rows(table, records)
+    if missing:
+        text += f"- rows with no completed run yet (each task is listed in claims.md): {', '.join(missing)}\n"
+    out.write_text(text)
     render_claims(table, records, out.parent / "claims.md")
     return out
+
+
+def not_run_rows(table: str, records: Path) -> list[str]:
+    """The labels of the table's rows no completed record carries."""
+    from kdbench.records import load_records
+
+    frame = load_records(records, include_failed=False) if records.is_dir() else None
+    done = set(frame["label"].dropna()) if frame is not None and len(frame) and "label" in frame else set()
+    return [row.label for row in TABLE_ROWS[table]() if row.label not in done]
 
 
 def render_claims(table: str, records: Path, out: Path) -> Path:
@@ -326,6 +455,10 @@ def cmd_reproduce(args: Any) -> int:
     records = Path(args.records) if args.records else records_folder(args.table, spec_folder)
     records.mkdir(parents=True, exist_ok=True)  # a table nothing has run for yet renders as "not run"
     if not args.render_only:
+        for prerequisite in prerequisites(args.table):
+            built = prerequisite.ensure()
+            print(f"[kdbench reproduce] {prerequisite.path}: {'built' if built else 'present'} "
+                  f"({prerequisite.description})", flush=True)
         sweep_args = ["sweep", str(spec_path), "--executor", args.executor, "--output", args.output]
         if args.profile:
             sweep_args += ["--profile", args.profile]

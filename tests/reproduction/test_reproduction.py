@@ -64,7 +64,7 @@ def test_pkd_table_runs_exactly_table_one_pkd_cells():
     assert len(pkd) == 2 * 23 and all(cell == cross[cell["name"]] for cell in pkd)
 
 
-@pytest.mark.parametrize("table", [t for t in TABLES if t != "cross-method"])
+@pytest.mark.parametrize("table", ["pkd-skip-last", "tinybert-objectives", "tinybert-mappings"])
 def test_rows_shared_with_table_one_are_its_very_cells(table):
     cross = {cell["name"]: cell for cell in build_spec("cross-method")["cells"]}
     shared = [cell for cell in build_spec(table)["cells"] if cell["name"] in cross]
@@ -81,3 +81,35 @@ def test_tinybert_ablations_switch_one_thing_off_on_four_tasks():
         {k: v for k, v in full.items() if k not in ("name", "label")} and wo_attn["no_attn"] is True
     mappings = {cell.get("mapping") for cell in build_spec("tinybert-mappings")["cells"]}
     assert mappings == {None, "top", "bottom"}  # None: the method's default, uniform
+
+
+def test_pretraining_tables_chain_corpus_stages_from_the_mlm_teacher():
+    from kdbench.reproduce import CORPUS, MLM_TEACHER
+
+    spec = build_spec("distilbert-ablation")
+    assert not [name for name in spec["stages"] if name.startswith("teacher-") and name != MLM_TEACHER]
+    mlm = spec["stages"][MLM_TEACHER]
+    assert (mlm["method"], mlm["task"], mlm["corpus"], mlm["student"]) == ("finetune", "corpus", CORPUS, "minilm-l6")
+    wo_cos = spec["stages"]["wo-cos-pretrain"]
+    assert (wo_cos["method"], wo_cos["teacher"], wo_cos["alpha_cos"], wo_cos["lr"]) == \
+        ("distilbert-pretrain", f"${{{MLM_TEACHER}}}", 0.0, 5e-4)
+    assert "student_layers" not in spec["stages"]["random-init-pretrain"]
+    cell = next(c for c in spec["cells"] if c["name"] == "wo-cos-mrpc-s3")
+    assert (cell["method"], cell["student"], cell["student_init"]) == ("finetune", "${wo-cos-pretrain}", "pretrained")
+    strategies = build_spec("mobilebert-strategies")["stages"]
+    assert [strategies[f"{k}-pretrain"]["strategy"] for k in ("akt", "jkt", "pkt")] == ["auxiliary", "joint", "progressive"]
+    assert {c["task"] for c in build_spec("mobilebert-objectives")["cells"]} == {"sst2", "mrpc"}
+
+
+def test_corpus_prerequisite_is_built_once_from_the_glue_training_sentences(tmp_path, shared_data, monkeypatch):
+    from kdbench.reproduce import MINI, Prerequisite, prerequisites
+
+    monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
+    corpus = Prerequisite(str(tmp_path / "corpus.txt"), "test")
+    scale = type(MINI)(corpus_tasks=("rte",))
+    assert corpus.ensure(scale) is True
+    lines = (tmp_path / "corpus.txt").read_text().splitlines()
+    assert len(lines) == len(set(lines)) > 2490  # RTE's 2,490 pairs give two sentences each, deduplicated
+    stamp = (tmp_path / "corpus.txt").stat().st_mtime_ns
+    assert corpus.ensure(scale) is False and (tmp_path / "corpus.txt").stat().st_mtime_ns == stamp
+    assert [p.path for p in prerequisites("mobilebert-strategies")] and not prerequisites("cross-method")

@@ -100,6 +100,11 @@ class Row:
     # A corpus stage run once for the row (e.g. DistilBERT pre-training); its model is the student
     # every cell of the row starts from. Its keys may refer to ${teacher-mlm}.
     upstream: dict[str, Any] | None = None
+    upstream_name: str | None = None  # rows with one upstream share its stage by naming it (default: LABEL-pretrain)
+
+    @property
+    def stage(self) -> str:
+        return self.upstream_name or f"{self.label}-pretrain"
 
 
 def _student_keys(student: str) -> dict[str, Any]:
@@ -174,6 +179,19 @@ def distilbert_ablation_rows() -> list[Row]:
     return rows
 
 
+def tinybert_procedure_rows() -> list[Row]:
+    """TinyBERT's Table 2 at mini scale, WITHOUT data augmentation (DA would need the augmentation
+    step between the MLM-adapted teacher and the cells: not built yet, see the README): general
+    distillation (GD) on the corpus then task distillation (TD) = the paper's "w/o DA"; TD alone
+    (no GD, no DA); GD then prediction distillation alone (no TD, no DA)."""
+    general = {"method": "tinybert", "mode": "general", "teacher": TEACHER_MODEL, "student": NARROW_STUDENT,
+               "student_init": "random", "lr": 5e-5}  # GD distils the pre-trained teacher (no MLM head needed)
+    # Labels are the paper's row keys (its Table 2 matches runs by label only); ours have no DA in any row.
+    return [Row("wo-da", "tinybert", upstream=general, upstream_name="general-distillation"),
+            Row("wo-gd", "tinybert", {**_student_keys(NARROW_STUDENT)}),
+            Row("wo-td", "tinybert", {"mode": "prediction"}, upstream=general, upstream_name="general-distillation")]
+
+
 MOBILEBERT_STUDENT = "mobilebert-6l-384"
 _PROGRESSIVE = {"strategy": "progressive", "progressive_schedule": "code"}
 
@@ -209,6 +227,7 @@ TABLE_ROWS = {
     "pkd-skip-last": pkd_rows,
     "tinybert-objectives": tinybert_objective_rows,
     "tinybert-mappings": tinybert_mapping_rows,
+    "tinybert-procedures": tinybert_procedure_rows,
     "distilbert-ablation": distilbert_ablation_rows,
     "mobilebert-strategies": mobilebert_strategy_rows,
     "mobilebert-objectives": mobilebert_objective_rows,
@@ -216,6 +235,7 @@ TABLE_ROWS = {
 TABLE_TASKS: dict[str, tuple[str, ...]] = {  # tables on a subset of the study's tasks (default: all)
     "tinybert-objectives": TINYBERT_ABLATION_TASKS,
     "tinybert-mappings": TINYBERT_ABLATION_TASKS,
+    "tinybert-procedures": TINYBERT_ABLATION_TASKS,
     "mobilebert-strategies": ("sst2", "mrpc"),  # the tasks the paper's tables share with the study
     "mobilebert-objectives": ("sst2", "mrpc"),
 }
@@ -237,6 +257,12 @@ TABLE_CLAIMS: dict[str, list[Claim]] = {
     "tinybert-objectives": [
         Claim("TinyBERT", f"every objective helps: removing {name} hurts (Table 3)", "tinybert-td-3l-192",
               f"tinybert-td-3l-192-wo-{name}") for name in TINYBERT_OBJECTIVES],
+    "tinybert-procedures": [
+        Claim("TinyBERT", "general distillation helps task distillation (Table 2, w/o GD; here both w/o DA)",
+              "wo-da", "wo-gd"),
+        Claim("TinyBERT", "task distillation helps after general distillation (Table 2, w/o TD; here both w/o DA)",
+              "wo-da", "wo-td"),
+    ],
     "distilbert-ablation": [
         Claim("DistilBERT", f"the triple loss with teacher init beats {name} (Table 4: {delta} GLUE macro-score)",
               "triple-loss", label)
@@ -267,26 +293,27 @@ def build_spec(table: str, scale: MiniScale = MINI) -> dict[str, Any]:
     rows = TABLE_ROWS[table]()
     tasks = [task for task in scale.tasks if task.name in TABLE_TASKS.get(table, (task.name,))]
     stages = {f"teacher-{task.name}": teacher_stage(scale, task) for task in tasks
-              if any(not row.upstream for row in rows)}  # rows with an upstream stage need no task teacher
+              if any(_needs_task_teacher(row) for row in rows)}
     if any(row.upstream for row in rows):
         corpus = {"task": "corpus", "corpus": CORPUS, "max_train_samples": scale.corpus_lines,
                   "epochs": scale.pretraining_epochs}
-        stages[MLM_TEACHER] = {"method": "finetune", "student": TEACHER_MODEL, "student_init": "pretrained",
-                               "seed": 1, **corpus}
+        if any(f"${{{MLM_TEACHER}}}" in row.upstream.values() for row in rows if row.upstream):
+            stages[MLM_TEACHER] = {"method": "finetune", "student": TEACHER_MODEL, "student_init": "pretrained",
+                                   "seed": 1, **corpus}
         for row in rows:
             if row.upstream:
-                stages[f"{row.label}-pretrain"] = {"seed": 1, **corpus, **row.upstream}
+                stages[row.stage] = {"seed": 1, **corpus, **row.upstream}
     cells = []
     for row in rows:
         for task in tasks:
             for seed in task.seeds:
                 cell: dict[str, Any] = {"name": f"{row.label}-{task.name}-s{seed}", "label": row.label,
                                         "method": row.method, "task": task.name, "seed": seed, **_task_keys(task)}
-                if row.upstream:  # fine-tune the row's pre-trained student
-                    cell.update(student=f"${{{row.label}-pretrain}}", student_init="pretrained")
-                else:  # every cell names its task's teacher (a finetune cell: the student's shape and tokenizer)
+                if row.upstream:  # the row's pre-trained student, fine-tuned or distilled
+                    cell.update(student=f"${{{row.stage}}}", student_init="pretrained")
+                if _needs_task_teacher(row):  # (a finetune cell uses it for the student's shape and tokenizer)
                     cell["teacher"] = f"${{teacher-{task.name}}}"
-                if row.method == "tinybert":
+                if row.method == "tinybert" and row.keys.get("mode") != "prediction":
                     cell["intermediate_epochs"] = task.intermediate_epochs
                 cell.update(row.keys)
                 cells.append(cell)
@@ -325,6 +352,11 @@ def prerequisites(table: str) -> list[Prerequisite]:
     return [GLUE_CORPUS] if any(row.upstream for row in TABLE_ROWS[table]()) else []
 
 
+def _needs_task_teacher(row: Row) -> bool:
+    """Every cell names its task's fine-tuned teacher, except fine-tuning a row's pre-trained student."""
+    return not (row.upstream and row.method == "finetune")
+
+
 def write_spec(table: str, folder: Path = SPEC_FOLDER, scale: MiniScale = MINI) -> Path:
     path = folder / f"{table}.yaml"
     header = (f"# kdbench reproduction study, mini scale: table {table!r}. Generated by kdbench.reproduce "
@@ -344,6 +376,7 @@ MINI_SCALE_NOTE = ("ours = kdbench's mini scale: teacher MiniLM-L6 (6 layers, hi
 # reproduction table -> the kdbench table spec that renders it
 PAPER_TABLES = {"cross-method": "cross-method", "pkd-skip-last": "pkd-table2",
                 "tinybert-objectives": "tinybert-v5-table3", "tinybert-mappings": "tinybert-v5-table4",
+                "tinybert-procedures": "tinybert-v5-table2",
                 # DistilBERT's Table 4 prints GLUE macro-score deltas, not scores: our rows are laid out
                 # as table 1's, and each claim states the paper's delta
                 "distilbert-ablation": "cross-method",
@@ -382,6 +415,10 @@ def render(table: str, records: Path, out: Path) -> Path:
 
     text = tables.render(tables.build_table(PAPER_TABLES[table], records), "markdown")
     text += f"\n- {MINI_SCALE_NOTE}\n"
+    if table == "tinybert-procedures":
+        text += ("- ours: no data augmentation in any row (the paper's TinyBERT4, w/o GD and w/o TD rows use it): "
+                 "our w/o DA = GD + TD, our w/o GD = TD alone, our w/o TD = GD then prediction distillation; "
+                 "TinyBERT4 (GD + TD + DA) is not run: DA at mini scale is not built\n")
     missing = not_run_rows(table, records)
     if missing:
         text += f"- rows with no completed run yet (each task is listed in claims.md): {', '.join(missing)}\n"

@@ -113,3 +113,14 @@ def test_corpus_prerequisite_is_built_once_from_the_glue_training_sentences(tmp_
     stamp = (tmp_path / "corpus.txt").stat().st_mtime_ns
     assert corpus.ensure(scale) is False and (tmp_path / "corpus.txt").stat().st_mtime_ns == stamp
     assert [p.path for p in prerequisites("mobilebert-strategies")] and not prerequisites("cross-method")
+
+
+def test_tinybert_procedures_share_one_general_distillation_from_the_pretrained_teacher():
+    spec = build_spec("tinybert-procedures")
+    assert "teacher-mlm" not in spec["stages"]  # GD distils the pre-trained teacher's layers: no MLM head needed
+    general = spec["stages"]["general-distillation"]
+    assert (general["method"], general["mode"], general["teacher"]) == ("tinybert", "general", "minilm-l6")
+    by_name = {cell["name"]: cell for cell in spec["cells"]}
+    assert by_name["wo-da-rte-s2"]["student"] == by_name["wo-td-rte-s2"]["student"] == "${general-distillation}"
+    assert by_name["wo-td-rte-s2"]["mode"] == "prediction" and "intermediate_epochs" not in by_name["wo-td-rte-s2"]
+    assert by_name["wo-gd-rte-s2"]["student_init"] == "random" and "mode" not in by_name["wo-gd-rte-s2"]

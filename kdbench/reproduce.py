@@ -7,9 +7,14 @@ layers, hidden 384, 12 heads), fine-tuned on each task's full training set, and 
 ``teacher-3l-192`` (3 layers at half width, where TinyBERT's projection matters).
 
 Every table is a sweep spec generated here (``results/reproduction/<table>.yaml``) from one
-:class:`MiniScale`; ``kdbench reproduce TABLE`` runs it (resumably, with any executor), exports
-the records into ``results/reproduction/<table>/records`` and renders the paper table beside the
-published numbers. Paths in the specs are relative to the folder the command runs in.
+:class:`MiniScale` and the table's :class:`Row` list (``TABLE_ROWS``): a row is a method with fixed
+keys on each of the table's tasks and seeds, optionally fine-tuning or distilling from a corpus
+stage it runs once (its ``upstream``: DistilBERT pre-training, MobileBERT transfer, TinyBERT GD).
+``kdbench reproduce TABLE`` builds the table's :class:`Prerequisite` files (the GLUE corpus), runs
+the spec (resumably, with any executor), exports the records into
+``results/reproduction/<table>/records`` and renders the paper table beside the published numbers
+(``PAPER_TABLES``), the paper's claims against seed noise (``TABLE_CLAIMS``, :mod:`kdbench.claims`)
+and score-vs-cost plots. Paths in the specs are relative to the folder the command runs in.
 """
 
 from __future__ import annotations

@@ -138,6 +138,13 @@ def cross_method_rows() -> list[Row]:
                 Row(f"pkd-last-{tag}", "pkd", {**init, "strategy": "last"}),
                 Row(f"distilbert-{tag}", "distilbert", {**init, "student_layers": "every-other"}),
             ]
+    # Rows that start from a corpus stage, shared with the tables that study them: TinyBERT's GD then
+    # TD (tinybert-procedures' GD stage) and MobileBERT's progressive transfer then fine-tuning
+    # (mobilebert-strategies' PKT stage). GD + TD + DA is not built yet (no DA at mini scale).
+    rows += [
+        Row("tinybert-gd-td-3l-192", "tinybert", upstream=_general_distillation(), upstream_name=GENERAL_DISTILLATION),
+        Row("mobilebert-pkt", "finetune", upstream=_mobilebert_transfer(_PROGRESSIVE), upstream_name="pkt-pretrain"),
+    ]
     return rows
 
 
@@ -189,23 +196,35 @@ def tinybert_procedure_rows() -> list[Row]:
     step between the MLM-adapted teacher and the cells: not built yet, see the README): general
     distillation (GD) on the corpus then task distillation (TD) = the paper's "w/o DA"; TD alone
     (no GD, no DA); GD then prediction distillation alone (no TD, no DA)."""
-    general = {"method": "tinybert", "mode": "general", "teacher": TEACHER_MODEL, "student": NARROW_STUDENT,
-               "student_init": "random", "lr": 5e-5}  # GD distils the pre-trained teacher (no MLM head needed)
+    general = _general_distillation()
     # Labels are the paper's row keys (its Table 2 matches runs by label only); ours have no DA in any row.
-    return [Row("wo-da", "tinybert", upstream=general, upstream_name="general-distillation"),
+    return [Row("wo-da", "tinybert", upstream=general, upstream_name=GENERAL_DISTILLATION),
             Row("wo-gd", "tinybert", {**_student_keys(NARROW_STUDENT)}),
-            Row("wo-td", "tinybert", {"mode": "prediction"}, upstream=general, upstream_name="general-distillation")]
+            Row("wo-td", "tinybert", {"mode": "prediction"}, upstream=general, upstream_name=GENERAL_DISTILLATION)]
+
+
+GENERAL_DISTILLATION = "general-distillation"
+
+
+def _general_distillation() -> dict[str, Any]:
+    """TinyBERT's GD on the corpus into the narrow student: it distils the PRE-TRAINED teacher's
+    layers (no masked-LM head needed), at the method's general-distillation learning rate."""
+    return {"method": "tinybert", "mode": "general", "teacher": TEACHER_MODEL, "student": NARROW_STUDENT,
+            "student_init": "random", "lr": 5e-5}
 
 
 MOBILEBERT_STUDENT = "mobilebert-6l-384"
 _PROGRESSIVE = {"strategy": "progressive", "progressive_schedule": "code"}
 
 
+def _mobilebert_transfer(strategy: dict[str, Any]) -> dict[str, Any]:
+    return _pretraining("mobilebert", 1.5e-3, student=MOBILEBERT_STUDENT, use_fmt=True, use_at=True, **strategy)
+
+
 def mobilebert_strategy_rows() -> list[Row]:
     """MobileBERT's Table 8 at mini scale: auxiliary, joint, progressive knowledge transfer on the
     corpus into a 6-layer bottleneck student, then fine-tuning."""
-    objectives = {"student": MOBILEBERT_STUDENT, "use_fmt": True, "use_at": True}
-    return [Row(label, "finetune", upstream=_pretraining("mobilebert", 1.5e-3, **objectives, **strategy))
+    return [Row(label, "finetune", upstream=_mobilebert_transfer(strategy))
             for label, strategy in (("akt", {"strategy": "auxiliary"}), ("jkt", {"strategy": "joint"}),
                                     ("pkt", _PROGRESSIVE))]
 
@@ -257,6 +276,8 @@ TABLE_CLAIMS: dict[str, list[Claim]] = {
         Claim("TinyBERT", "task distillation (TD) beats vanilla KD (wide student)", "tinybert-td-3l", "kd-3l"),
         Claim("TinyBERT", "task distillation (TD) beats vanilla KD (narrow student)", "tinybert-td-3l-192", "kd-3l-192"),
         Claim("TinyBERT", "TinyBERT beats BERT-PKD (Table 1)", "tinybert-td-3l", "pkd-skip-3l"),
+        Claim("TinyBERT", "general distillation before TD helps (Table 2)", "tinybert-gd-td-3l-192",
+              "tinybert-td-3l-192"),
     ],
     "pkd-skip-last": [Claim("BERT-PKD", "PKD-skip beats PKD-last (Table 2)", "pkd-skip-3l", "pkd-last-3l")],
     "tinybert-objectives": [

@@ -35,7 +35,7 @@ def test_cells_of_one_row_share_its_label_and_have_distinct_names():
     assert len(names) == len(set(names))
     rte_rows = {cell["label"] for cell in spec["cells"] if cell["task"] == "rte"}
     assert {"finetune-3l", "kd-3l", "pkd-skip-3l", "pkd-last-3l", "distilbert-3l", "tinybert-td-3l",
-            "finetune-3l-192", "kd-3l-192", "tinybert-td-3l-192"} == rte_rows
+            "finetune-3l-192", "kd-3l-192", "tinybert-td-3l-192", "tinybert-gd-td-3l-192", "mobilebert-pkt"} == rte_rows
     wide = next(cell for cell in spec["cells"] if cell["label"] == "kd-3l")
     # Students start from the pre-trained MiniLM, never from the fine-tuned teacher they are compared with.
     assert wide["student_init_from"] == "minilm-l6" and wide["teacher"] == f"${{teacher-{wide['task']}}}"
@@ -112,7 +112,7 @@ def test_corpus_prerequisite_is_built_once_from_the_glue_training_sentences(tmp_
     assert len(lines) == len(set(lines)) > 2490  # RTE's 2,490 pairs give two sentences each, deduplicated
     stamp = (tmp_path / "corpus.txt").stat().st_mtime_ns
     assert corpus.ensure(scale) is False and (tmp_path / "corpus.txt").stat().st_mtime_ns == stamp
-    assert [p.path for p in prerequisites("mobilebert-strategies")] and not prerequisites("cross-method")
+    assert [p.path for p in prerequisites("mobilebert-strategies")] and not prerequisites("pkd-skip-last")
 
 
 def test_tinybert_procedures_share_one_general_distillation_from_the_pretrained_teacher():
@@ -124,3 +124,10 @@ def test_tinybert_procedures_share_one_general_distillation_from_the_pretrained_
     assert by_name["wo-da-rte-s2"]["student"] == by_name["wo-td-rte-s2"]["student"] == "${general-distillation}"
     assert by_name["wo-td-rte-s2"]["mode"] == "prediction" and "intermediate_epochs" not in by_name["wo-td-rte-s2"]
     assert by_name["wo-gd-rte-s2"]["student_init"] == "random" and "mode" not in by_name["wo-gd-rte-s2"]
+
+
+def test_table_one_corpus_rows_share_the_stages_of_the_tables_that_study_them():
+    cross = build_spec("cross-method")["stages"]
+    assert cross["general-distillation"] == build_spec("tinybert-procedures")["stages"]["general-distillation"]
+    assert cross["pkt-pretrain"] == build_spec("mobilebert-strategies")["stages"]["pkt-pretrain"]
+    assert cross["teacher-mlm"] == build_spec("mobilebert-strategies")["stages"]["teacher-mlm"]

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from kdbench.claims import Claim
+from kdbench.config import ConfigError
 
 TEACHER_MODEL = "minilm-l6"
 WIDE_STUDENT = "teacher-3l"
@@ -76,6 +77,9 @@ class MiniScale:
     corpus_tasks: tuple[str, ...] = ("cola", "sst2", "mrpc", "stsb", "rte")
     corpus_lines: int = 50_000
     pretraining_epochs: float = 1.0
+    # TinyBERT's data augmentation: N_a variants per training example (paper: 20, reduced for CPU),
+    # words replaced by the MLM-adapted teacher's top-K candidates (no GloVe: multi-piece words kept).
+    augmentation_variants: int = 4
 
     def task(self, name: str) -> TaskScale:
         return next(t for t in self.tasks if t.name == name)
@@ -106,6 +110,7 @@ class Row:
     # every cell of the row starts from. Its keys may refer to ${teacher-mlm}.
     upstream: dict[str, Any] | None = None
     upstream_name: str | None = None  # rows with one upstream share its stage by naming it (default: LABEL-pretrain)
+    augmented: bool = False  # train on the task's augmented training set (TinyBERT's DA) instead of its own
 
     @property
     def stage(self) -> str:
@@ -139,10 +144,12 @@ def cross_method_rows() -> list[Row]:
                 Row(f"distilbert-{tag}", "distilbert", {**init, "student_layers": "every-other"}),
             ]
     # Rows that start from a corpus stage, shared with the tables that study them: TinyBERT's GD then
-    # TD (tinybert-procedures' GD stage) and MobileBERT's progressive transfer then fine-tuning
-    # (mobilebert-strategies' PKT stage). GD + TD + DA is not built yet (no DA at mini scale).
+    # TD, without and with DA (tinybert-procedures' GD stage and its TinyBERT4 row, the same cells),
+    # and MobileBERT's progressive transfer then fine-tuning (mobilebert-strategies' PKT stage).
     rows += [
         Row("tinybert-gd-td-3l-192", "tinybert", upstream=_general_distillation(), upstream_name=GENERAL_DISTILLATION),
+        Row("tinybert4", "tinybert", upstream=_general_distillation(), upstream_name=GENERAL_DISTILLATION,
+            augmented=True),
         Row("mobilebert-pkt", "finetune", upstream=_mobilebert_transfer(_PROGRESSIVE), upstream_name="pkt-pretrain"),
     ]
     return rows
@@ -192,15 +199,16 @@ def distilbert_ablation_rows() -> list[Row]:
 
 
 def tinybert_procedure_rows() -> list[Row]:
-    """TinyBERT's Table 2 at mini scale, WITHOUT data augmentation (DA would need the augmentation
-    step between the MLM-adapted teacher and the cells: not built yet, see the README): general
-    distillation (GD) on the corpus then task distillation (TD) = the paper's "w/o DA"; TD alone
-    (no GD, no DA); GD then prediction distillation alone (no TD, no DA)."""
+    """TinyBERT's Table 2 at mini scale, into the narrow student: GD (general distillation on the
+    corpus) + TD (task distillation) + DA (data augmentation), and each of the three left out
+    (w/o TD: GD, then prediction distillation alone)."""
     general = _general_distillation()
-    # Labels are the paper's row keys (its Table 2 matches runs by label only); ours have no DA in any row.
-    return [Row("wo-da", "tinybert", upstream=general, upstream_name=GENERAL_DISTILLATION),
-            Row("wo-gd", "tinybert", {**_student_keys(NARROW_STUDENT)}),
-            Row("wo-td", "tinybert", {"mode": "prediction"}, upstream=general, upstream_name=GENERAL_DISTILLATION)]
+    # Labels are the paper's row keys: its Table 2 matches runs by label only.
+    return [Row("tinybert4", "tinybert", upstream=general, upstream_name=GENERAL_DISTILLATION, augmented=True),
+            Row("wo-gd", "tinybert", {**_student_keys(NARROW_STUDENT)}, augmented=True),
+            Row("wo-td", "tinybert", {"mode": "prediction"}, upstream=general, upstream_name=GENERAL_DISTILLATION,
+                augmented=True),
+            Row("wo-da", "tinybert", upstream=general, upstream_name=GENERAL_DISTILLATION)]
 
 
 GENERAL_DISTILLATION = "general-distillation"
@@ -278,16 +286,16 @@ TABLE_CLAIMS: dict[str, list[Claim]] = {
         Claim("TinyBERT", "TinyBERT beats BERT-PKD (Table 1)", "tinybert-td-3l", "pkd-skip-3l"),
         Claim("TinyBERT", "general distillation before TD helps (Table 2)", "tinybert-gd-td-3l-192",
               "tinybert-td-3l-192"),
+        Claim("TinyBERT", "data augmentation helps GD + TD (Table 2)", "tinybert4", "tinybert-gd-td-3l-192"),
     ],
     "pkd-skip-last": [Claim("BERT-PKD", "PKD-skip beats PKD-last (Table 2)", "pkd-skip-3l", "pkd-last-3l")],
     "tinybert-objectives": [
         Claim("TinyBERT", f"every objective helps: removing {name} hurts (Table 3)", "tinybert-td-3l-192",
               f"tinybert-td-3l-192-wo-{name}") for name in TINYBERT_OBJECTIVES],
     "tinybert-procedures": [
-        Claim("TinyBERT", "general distillation helps task distillation (Table 2, w/o GD; here both w/o DA)",
-              "wo-da", "wo-gd"),
-        Claim("TinyBERT", "task distillation helps after general distillation (Table 2, w/o TD; here both w/o DA)",
-              "wo-da", "wo-td"),
+        Claim("TinyBERT", "general distillation helps (Table 2, w/o GD)", "tinybert4", "wo-gd"),
+        Claim("TinyBERT", "task distillation helps (Table 2, w/o TD)", "tinybert4", "wo-td"),
+        Claim("TinyBERT", "data augmentation helps (Table 2, w/o DA)", "tinybert4", "wo-da"),
     ],
     "distilbert-ablation": [
         Claim("DistilBERT", f"the triple loss with teacher init beats {name} (Table 4: {delta} GLUE macro-score)",
@@ -320,10 +328,12 @@ def build_spec(table: str, scale: MiniScale = MINI) -> dict[str, Any]:
     tasks = [task for task in scale.tasks if task.name in TABLE_TASKS.get(table, (task.name,))]
     stages = {f"teacher-{task.name}": teacher_stage(scale, task) for task in tasks
               if any(_needs_task_teacher(row) for row in rows)}
-    if any(row.upstream for row in rows):
+    if any(row.upstream or row.augmented for row in rows):
         corpus = {"task": "corpus", "corpus": CORPUS, "max_train_samples": scale.corpus_lines,
                   "epochs": scale.pretraining_epochs}
-        if any(f"${{{MLM_TEACHER}}}" in row.upstream.values() for row in rows if row.upstream):
+        # (with DA only, no run refers to the MLM teacher: the augmentation step runs it first)
+        if any(row.augmented for row in rows) or any(
+                f"${{{MLM_TEACHER}}}" in row.upstream.values() for row in rows if row.upstream):
             stages[MLM_TEACHER] = {"method": "finetune", "student": TEACHER_MODEL, "student_init": "pretrained",
                                    "seed": 1, **corpus}
         for row in rows:
@@ -334,7 +344,11 @@ def build_spec(table: str, scale: MiniScale = MINI) -> dict[str, Any]:
         for task in tasks:
             for seed in task.seeds:
                 cell: dict[str, Any] = {"name": f"{row.label}-{task.name}-s{seed}", "label": row.label,
-                                        "method": row.method, "task": task.name, "seed": seed, **_task_keys(task)}
+                                        "method": row.method, "task": task.name, "seed": seed}
+                if row.augmented:  # the whole augmented file: it was built from the task's rows in use
+                    cell["train_file"] = augmented_path(task.name, scale)
+                else:
+                    cell.update(_task_keys(task))
                 if row.upstream:  # the row's pre-trained student, fine-tuned or distilled
                     cell.update(student=f"${{{row.stage}}}", student_init="pretrained")
                 if _needs_task_teacher(row):  # (a finetune cell uses it for the student's shape and tokenizer)
@@ -355,27 +369,50 @@ def build_spec(table: str, scale: MiniScale = MINI) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Prerequisite:
-    """A file a table's runs read that no run produces: built by ``kdbench reproduce`` before its
-    sweep (and before run folders are known: they hash the file's content), kept when present."""
+    """A file a table's runs read that no run produces, built by ``kdbench reproduce`` before the
+    runs that read it (their folders hash the file's content) and kept when present: the GLUE
+    corpus, or a task's augmented training set, which needs a stage's model (``after_stage``)."""
 
     path: str  # relative to the folder the command runs in, like the spec's output
     description: str
+    after_stage: str | None = None  # the stage whose model/ the builder needs (run first)
+    task: str | None = None  # the task an augmented training set is built from
 
-    def ensure(self, scale: MiniScale = MINI) -> bool:
+    def ensure(self, scale: MiniScale = MINI, stage_model: Path | None = None) -> bool:
         """Build the file unless present; True when it was built now."""
         if Path(self.path).is_file():
             return False
-        from kdbench.tasks.corpus import write_glue_corpus
+        if self.task is None:
+            from kdbench.tasks.corpus import write_glue_corpus
 
-        write_glue_corpus(scale.corpus_tasks, None, self.path, dedupe=True)
+            write_glue_corpus(scale.corpus_tasks, None, self.path, dedupe=True)
+            return True
+        from kdbench.augment_cli import augment_task_file
+
+        if stage_model is None or not stage_model.is_dir():
+            raise ConfigError(f"{self.path}: needs the model of stage {self.after_stage!r}, not found at {stage_model}")
+        augment_task_file(self.task, mlm_model=str(stage_model), out=self.path, n_aug=scale.augmentation_variants,
+                          max_samples=scale.task(self.task).max_train_samples)
         return True
 
 
 GLUE_CORPUS = Prerequisite(CORPUS, "the GLUE training sentences of the study's tasks, deduplicated (kdbench corpus glue)")
 
 
-def prerequisites(table: str) -> list[Prerequisite]:
-    return [GLUE_CORPUS] if any(row.upstream for row in TABLE_ROWS[table]()) else []
+def augmented_path(task: str, scale: MiniScale = MINI) -> str:
+    return f"{OUTPUT}/augmented/{task}-x{scale.augmentation_variants}.tsv"
+
+
+def prerequisites(table: str, scale: MiniScale = MINI) -> list[Prerequisite]:
+    """The table's prerequisite files, in build order (those needing a stage last)."""
+    rows = TABLE_ROWS[table]()
+    found = [GLUE_CORPUS] if any(row.upstream for row in rows) or any(row.augmented for row in rows) else []
+    if any(row.augmented for row in rows):
+        tasks = [t.name for t in scale.tasks if t.name in TABLE_TASKS.get(table, (t.name,))]
+        found += [Prerequisite(augmented_path(task, scale), f"{task}'s training set augmented by TinyBERT's DA with "
+                               f"the MLM-adapted teacher (kdbench augment)", after_stage=MLM_TEACHER, task=task)
+                  for task in tasks]
+    return found
 
 
 def _needs_task_teacher(row: Row) -> bool:
@@ -442,9 +479,8 @@ def render(table: str, records: Path, out: Path) -> Path:
     text = tables.render(tables.build_table(PAPER_TABLES[table], records), "markdown")
     text += f"\n- {MINI_SCALE_NOTE}\n"
     if table == "tinybert-procedures":
-        text += ("- ours: no data augmentation in any row (the paper's TinyBERT4, w/o GD and w/o TD rows use it): "
-                 "our w/o DA = GD + TD, our w/o GD = TD alone, our w/o TD = GD then prediction distillation; "
-                 "TinyBERT4 (GD + TD + DA) is not run: DA at mini scale is not built\n")
+        text += (f"- ours: DA with {MINI.augmentation_variants} variants per example (paper: 20), GD on the study's "
+                 "GLUE corpus; w/o TD = GD, then prediction distillation alone\n")
     missing = not_run_rows(table, records)
     if missing:
         text += f"- rows with no completed run yet (each task is listed in claims.md): {', '.join(missing)}\n"
@@ -518,16 +554,13 @@ def cmd_reproduce(args: Any) -> int:
     records = Path(args.records) if args.records else records_folder(args.table, spec_folder)
     records.mkdir(parents=True, exist_ok=True)  # a table nothing has run for yet renders as "not run"
     if not args.render_only:
-        for prerequisite in prerequisites(args.table):
-            built = prerequisite.ensure()
-            print(f"[kdbench reproduce] {prerequisite.path}: {'built' if built else 'present'} "
-                  f"({prerequisite.description})", flush=True)
-        sweep_args = ["sweep", str(spec_path), "--executor", args.executor, "--output", args.output]
+        sweep_options = ["--executor", args.executor, "--output", args.output]
         if args.profile:
-            sweep_args += ["--profile", args.profile]
-        if args.dry_run:
-            sweep_args.append("--dry-run")
-        code = kdbench_main(sweep_args)
+            sweep_options += ["--profile", args.profile]
+        code = build_prerequisites(args.table, spec_path, Path(args.output), sweep_options, dry_run=args.dry_run)
+        if code != 0:
+            return code
+        code = kdbench_main(["sweep", str(spec_path), *sweep_options, *(["--dry-run"] if args.dry_run else [])])
         if args.dry_run:
             return code
         copied = export_records(spec_path, Path(args.output), records)
@@ -539,6 +572,44 @@ def cmd_reproduce(args: Any) -> int:
         plot(records, records.parent / "plots")
     print(out.read_text())
     print((out.parent / "claims.md").read_text())
+    return 0
+
+
+def build_prerequisites(table: str, spec_path: Path, output: Path, sweep_options: list[str],
+                        dry_run: bool = False) -> int:
+    """Build the table's prerequisite files in order. One that needs a stage's model (augmented data
+    needs the MLM-adapted teacher) first runs that stage alone, as a sweep of the spec's stage with
+    the same executor (waiting for it on Slurm). With ``dry_run`` only what needs no stage is built."""
+    from kdbench.cli import main as kdbench_main
+    from kdbench.sweep import expand, load_spec
+
+    spec = load_spec(spec_path)
+    stage_models: dict[str, Path] = {}  # each stage run once
+    for prerequisite in prerequisites(table):
+        if Path(prerequisite.path).is_file():
+            print(f"[kdbench reproduce] {prerequisite.path}: present ({prerequisite.description})", flush=True)
+            continue
+        stage_model = stage_models.get(prerequisite.after_stage or "")
+        if prerequisite.after_stage is not None and stage_model is None:
+            if dry_run:
+                print(f"[kdbench reproduce] {prerequisite.path}: to build after stage {prerequisite.after_stage} "
+                      f"({prerequisite.description}); the folders of runs reading it change once it exists",
+                      flush=True)
+                continue
+            stage_spec = {"name": f"{spec['name']}-{prerequisite.after_stage}", "output": spec.get("output"),
+                          "defaults": spec.get("defaults", {}),
+                          "cells": [{"name": prerequisite.after_stage, **spec["stages"][prerequisite.after_stage]}]}
+            stage_path = output / ".prerequisites" / f"{table}-{prerequisite.after_stage}.yaml"
+            stage_path.parent.mkdir(parents=True, exist_ok=True)
+            stage_path.write_text(yaml.safe_dump(stage_spec, sort_keys=False))
+            waiting = ["--wait"] if "slurm" in sweep_options else []
+            code = kdbench_main(["sweep", str(stage_path), *sweep_options, *waiting])
+            if code != 0:
+                return code
+            stage_model = expand(stage_spec, output).runs[prerequisite.after_stage].run_dir / "model"
+            stage_models[prerequisite.after_stage] = stage_model
+        prerequisite.ensure(MINI, stage_model)
+        print(f"[kdbench reproduce] {prerequisite.path}: built ({prerequisite.description})", flush=True)
     return 0
 
 

@@ -35,7 +35,8 @@ def test_cells_of_one_row_share_its_label_and_have_distinct_names():
     assert len(names) == len(set(names))
     rte_rows = {cell["label"] for cell in spec["cells"] if cell["task"] == "rte"}
     assert {"finetune-3l", "kd-3l", "pkd-skip-3l", "pkd-last-3l", "distilbert-3l", "tinybert-td-3l",
-            "finetune-3l-192", "kd-3l-192", "tinybert-td-3l-192", "tinybert-gd-td-3l-192", "mobilebert-pkt"} == rte_rows
+            "finetune-3l-192", "kd-3l-192", "tinybert-td-3l-192", "tinybert-gd-td-3l-192", "tinybert4",
+            "mobilebert-pkt"} == rte_rows
     wide = next(cell for cell in spec["cells"] if cell["label"] == "kd-3l")
     # Students start from the pre-trained MiniLM, never from the fine-tuned teacher they are compared with.
     assert wide["student_init_from"] == "minilm-l6" and wide["teacher"] == f"${{teacher-{wide['task']}}}"
@@ -117,8 +118,7 @@ def test_corpus_prerequisite_is_built_once_from_the_glue_training_sentences(tmp_
 
 def test_tinybert_procedures_share_one_general_distillation_from_the_pretrained_teacher():
     spec = build_spec("tinybert-procedures")
-    assert "teacher-mlm" not in spec["stages"]  # GD distils the pre-trained teacher's layers: no MLM head needed
-    general = spec["stages"]["general-distillation"]
+    general = spec["stages"]["general-distillation"]  # GD distils the pre-trained teacher: no MLM head needed
     assert (general["method"], general["mode"], general["teacher"]) == ("tinybert", "general", "minilm-l6")
     by_name = {cell["name"]: cell for cell in spec["cells"]}
     assert by_name["wo-da-rte-s2"]["student"] == by_name["wo-td-rte-s2"]["student"] == "${general-distillation}"
@@ -131,3 +131,55 @@ def test_table_one_corpus_rows_share_the_stages_of_the_tables_that_study_them():
     assert cross["general-distillation"] == build_spec("tinybert-procedures")["stages"]["general-distillation"]
     assert cross["pkt-pretrain"] == build_spec("mobilebert-strategies")["stages"]["pkt-pretrain"]
     assert cross["teacher-mlm"] == build_spec("mobilebert-strategies")["stages"]["teacher-mlm"]
+
+
+def test_augmented_rows_read_the_whole_augmented_file_built_after_the_mlm_teacher():
+    from kdbench.reproduce import MLM_TEACHER, augmented_path, prerequisites
+
+    cells = {cell["name"]: cell for cell in build_spec("tinybert-procedures")["cells"]}
+    da, no_da = cells["tinybert4-sst2-s2"], cells["wo-da-sst2-s2"]
+    assert da["train_file"] == augmented_path("sst2") and "max_train_samples" not in da
+    assert "train_file" not in no_da and no_da["max_train_samples"] == 16000
+    assert cells["wo-gd-rte-s1"]["train_file"] == augmented_path("rte") and cells["wo-gd-rte-s1"]["student_init"] == "random"
+    found = prerequisites("tinybert-procedures")
+    assert found[0].task is None and found[0].after_stage is None  # the corpus, for GD, first
+    assert [(p.task, p.after_stage) for p in found[1:]] == [(t, MLM_TEACHER) for t in ("cola", "sst2", "mrpc", "rte")]
+    cross = {cell["name"]: cell for cell in build_spec("cross-method")["cells"]}
+    assert cross["tinybert4-mrpc-s3"] == cells["tinybert4-mrpc-s3"]  # table 1's GD+TD+DA row = Table 2's first
+
+
+def test_a_prerequisite_needing_a_stage_runs_that_stage_alone_first_then_only_once(tmp_path, monkeypatch):
+    import kdbench.augment_cli
+    import kdbench.cli
+    from kdbench import reproduce
+    from kdbench.sweep import expand
+
+    monkeypatch.chdir(tmp_path)
+    spec_path = reproduce.write_spec("tinybert-procedures", tmp_path)
+    for prerequisite in reproduce.prerequisites("tinybert-procedures")[:1]:  # the corpus is another test's
+        Path(prerequisite.path).parent.mkdir(parents=True, exist_ok=True)
+        Path(prerequisite.path).write_text("a sentence\n")
+    sweeps, augmented = [], []
+
+    def fake_sweep(argv):  # stands in for `kdbench sweep`: the stage's run "completes"
+        sweeps.append(yaml.safe_load(Path(argv[1]).read_text()))
+        for run in expand(sweeps[-1], Path("runs/reproduction")).runs.values():
+            (run.run_dir / "model").mkdir(parents=True)
+        return 0
+
+    def fake_augment(task, *, mlm_model, out, n_aug, max_samples):
+        augmented.append((task, mlm_model, n_aug, max_samples))
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text("sentence\tlabel\n")
+
+    monkeypatch.setattr(kdbench.cli, "main", fake_sweep)
+    monkeypatch.setattr(kdbench.augment_cli, "augment_task_file", fake_augment)
+    options = ["--executor", "local", "--output", "runs/reproduction"]
+    assert reproduce.build_prerequisites("tinybert-procedures", spec_path, Path("runs/reproduction"), options) == 0
+    # one sweep, of the MLM teacher alone, for the four augmented task files
+    assert len(sweeps) == 1 and [cell["name"] for cell in sweeps[0]["cells"]] == ["teacher-mlm"]
+    stage_model = expand(sweeps[0], Path("runs/reproduction")).runs["teacher-mlm"].run_dir / "model"
+    assert augmented == [(t, str(stage_model), 4, 16000 if t == "sst2" else None) for t in ("cola", "sst2", "mrpc", "rte")]
+    sweeps.clear()
+    assert reproduce.build_prerequisites("tinybert-procedures", spec_path, Path("runs/reproduction"), options) == 0
+    assert not sweeps and len(augmented) == 4  # all present: nothing run, nothing rebuilt

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,13 +103,17 @@ def scores_by_row(records: Any) -> dict[tuple[str, str], dict[Any, float]]:
     return scores
 
 
-def claims_table(claims: Sequence[Claim], records: Any, tasks: Sequence[str]) -> str:
-    """Markdown: one line per claim and task, with both rows' mean ± std and the paired verdict."""
+def claims_table(claims: Sequence[Claim], records: Any, tasks: Sequence[str],
+                 applies: Callable[[Claim, str], bool] | None = None) -> str:
+    """Markdown: one line per claim and task, with both rows' mean ± std and the paired verdict;
+    ``applies(claim, task)`` leaves out the tasks a claim's rows do not run on (default: none)."""
     scores = scores_by_row(records)
     lines = ["| paper | claim | task | better row | worse row | difference (paired) | verdict |",
              "|---|---|---|---|---|---|---|"]
     for claim in claims:
         for task in tasks:
+            if applies is not None and not applies(claim, task):
+                continue
             better, worse = scores.get((claim.better, task), {}), scores.get((claim.worse, task), {})
             difference = PairedDifference.of(better, worse)
             lines.append(f"| {claim.paper} | {claim.statement} | {task} | {claim.better} {_mean_std(better)} | "

@@ -20,6 +20,7 @@ and score-vs-cost plots. Paths in the specs are relative to the folder the comma
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,9 @@ class TaskScale:
     seeds: tuple[int, ...]
     max_train_samples: int | None = None  # None: the full training set
     intermediate_epochs: int = 10  # TinyBERT's intermediate stage (paper: 20; 50 for CoLA; 10 for big sets)
+    max_seq_length: int | None = None  # None: the study's default
+    train_file: str | None = None  # files a prerequisite builds, instead of the data dir's layout
+    dev_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,12 @@ class MiniScale:
         TaskScale("mrpc", (1, 2, 3, 4, 5)),
         TaskScale("stsb", (1, 2, 3, 4, 5)),
         TaskScale("rte", (1, 2, 3, 4, 5)),
+        # SQuAD v1.1 has no training file here: train on the dev set's first articles and score on the
+        # rest (SQUAD_SPLIT, built by kdbench reproduce); TinyBERT, DistilBERT and MobileBERT use 384.
+        TaskScale("squad", (1, 2, 3), intermediate_epochs=3, max_seq_length=384,
+                  train_file=f"{OUTPUT}/squad/dev-v1.1.train.json", dev_file=f"{OUTPUT}/squad/dev-v1.1.heldout.json"),
     )
+    squad_train_articles: int = 38  # of dev-v1.1's 48 articles: 8,582 questions to train on, 1,988 held out
     max_seq_length: int = 128
     batch_size: int = 32
     teacher: dict[str, Any] = field(default_factory=lambda: {
@@ -88,15 +97,17 @@ class MiniScale:
 MINI = MiniScale()
 
 
+GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "rte")  # the study's GLUE tasks (SQuAD is the other one)
+
+
 def teacher_stage(scale: MiniScale, task: TaskScale) -> dict[str, Any]:
-    stage = {**scale.teacher, "task": task.name}
-    if task.max_train_samples is not None:
-        stage["max_train_samples"] = task.max_train_samples
-    return stage
+    return {**scale.teacher, "task": task.name, **_task_keys(task)}
 
 
 def _task_keys(task: TaskScale) -> dict[str, Any]:
-    return {"max_train_samples": task.max_train_samples} if task.max_train_samples is not None else {}
+    keys = {"max_train_samples": task.max_train_samples, "max_seq_length": task.max_seq_length,
+            "train_file": task.train_file, "dev_file": task.dev_file}
+    return {key: value for key, value in keys.items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -111,10 +122,14 @@ class Row:
     upstream: dict[str, Any] | None = None
     upstream_name: str | None = None  # rows with one upstream share its stage by naming it (default: LABEL-pretrain)
     augmented: bool = False  # train on the task's augmented training set (TinyBERT's DA) instead of its own
+    tasks: tuple[str, ...] | None = None  # the only tasks the row runs on (None: every task of its table)
 
     @property
     def stage(self) -> str:
         return self.upstream_name or f"{self.label}-pretrain"
+
+    def runs_on(self, task: str) -> bool:
+        return self.tasks is None or task in self.tasks
 
 
 def _student_keys(student: str) -> dict[str, Any]:
@@ -138,9 +153,9 @@ def cross_method_rows() -> list[Row]:
             Row(f"tinybert-td-{tag}", "tinybert", {**init}),
         ]
         if student == WIDE_STUDENT:  # the patient and cosine losses compare hidden vectors of one width
-            rows += [
-                Row(f"pkd-skip-{tag}", "pkd", {**init, "strategy": "skip"}),
-                Row(f"pkd-last-{tag}", "pkd", {**init, "strategy": "last"}),
+            rows += [  # BERT-PKD distils [CLS] vectors: its plug-in takes classification and regression heads
+                Row(f"pkd-skip-{tag}", "pkd", {**init, "strategy": "skip"}, tasks=GLUE_TASKS),
+                Row(f"pkd-last-{tag}", "pkd", {**init, "strategy": "last"}, tasks=GLUE_TASKS),
                 Row(f"distilbert-{tag}", "distilbert", {**init, "student_layers": "every-other"}),
             ]
     # Rows that start from a corpus stage, shared with the tables that study them: TinyBERT's GD then
@@ -149,7 +164,7 @@ def cross_method_rows() -> list[Row]:
     rows += [
         Row("tinybert-gd-td-3l-192", "tinybert", upstream=_general_distillation(), upstream_name=GENERAL_DISTILLATION),
         Row("tinybert4", "tinybert", upstream=_general_distillation(), upstream_name=GENERAL_DISTILLATION,
-            augmented=True),
+            augmented=True, tasks=GLUE_TASKS),  # kdbench augment rewrites sentence(-pair) rows, not SQuAD's
         Row("mobilebert-pkt", "finetune", upstream=_mobilebert_transfer(_PROGRESSIVE), upstream_name="pkt-pretrain"),
     ]
     return rows
@@ -265,6 +280,8 @@ TABLE_ROWS = {
     "mobilebert-objectives": mobilebert_objective_rows,
 }
 TABLE_TASKS: dict[str, tuple[str, ...]] = {  # tables on a subset of the study's tasks (default: all)
+    "pkd-skip-last": GLUE_TASKS,
+    "distilbert-ablation": GLUE_TASKS,  # its paper table is a GLUE macro-score
     "tinybert-objectives": TINYBERT_ABLATION_TASKS,
     "tinybert-mappings": TINYBERT_ABLATION_TASKS,
     "tinybert-procedures": TINYBERT_ABLATION_TASKS,
@@ -320,12 +337,17 @@ TABLE_CLAIMS: dict[str, list[Claim]] = {
 }
 
 
+def table_tasks(table: str, scale: MiniScale = MINI) -> list[TaskScale]:
+    """The study's tasks ``table`` has columns for, in the study's order."""
+    return [task for task in scale.tasks if task.name in TABLE_TASKS.get(table, (task.name,))]
+
+
 def build_spec(table: str, scale: MiniScale = MINI) -> dict[str, Any]:
     """The sweep spec of ``table``: one teacher stage per task, one cell per row, task and seed."""
     if table not in TABLE_ROWS:
         raise KeyError(f"unknown reproduction table {table!r} (known: {', '.join(sorted(TABLE_ROWS))})")
     rows = TABLE_ROWS[table]()
-    tasks = [task for task in scale.tasks if task.name in TABLE_TASKS.get(table, (task.name,))]
+    tasks = table_tasks(table, scale)
     stages = {f"teacher-{task.name}": teacher_stage(scale, task) for task in tasks
               if any(_needs_task_teacher(row) for row in rows)}
     if any(row.upstream or row.augmented for row in rows):
@@ -342,6 +364,8 @@ def build_spec(table: str, scale: MiniScale = MINI) -> dict[str, Any]:
     cells = []
     for row in rows:
         for task in tasks:
+            if not row.runs_on(task.name):
+                continue
             for seed in task.seeds:
                 cell: dict[str, Any] = {"name": f"{row.label}-{task.name}-s{seed}", "label": row.label,
                                         "method": row.method, "task": task.name, "seed": seed}
@@ -367,36 +391,62 @@ def build_spec(table: str, scale: MiniScale = MINI) -> dict[str, Any]:
     }
 
 
+class PrerequisiteKind(Enum):
+    GLUE_CORPUS = "glue-corpus"  # kdbench corpus glue --dedupe over the study's GLUE tasks
+    AUGMENTED = "augmented"  # kdbench augment of one task's training set with a stage's MLM teacher
+    SQUAD_SPLIT = "squad-split"  # SQuAD v1.1 dev split by article into a training and a held-out file
+
+
 @dataclass(frozen=True)
 class Prerequisite:
-    """A file a table's runs read that no run produces, built by ``kdbench reproduce`` before the
-    runs that read it (their folders hash the file's content) and kept when present: the GLUE
-    corpus, or a task's augmented training set, which needs a stage's model (``after_stage``)."""
+    """Files a table's runs read that no run produces, built by ``kdbench reproduce`` before the
+    runs that read them (their folders hash the files' content) and kept when present: the GLUE
+    corpus, the SQuAD split, or a task's augmented training set, which needs a stage's model
+    (``after_stage``)."""
 
-    path: str  # relative to the folder the command runs in, like the spec's output
+    kind: PrerequisiteKind
+    paths: tuple[str, ...]  # relative to the folder the command runs in, like the spec's output
     description: str
     after_stage: str | None = None  # the stage whose model/ the builder needs (run first)
     task: str | None = None  # the task an augmented training set is built from
 
+    @property
+    def present(self) -> bool:
+        return all(Path(path).is_file() for path in self.paths)
+
     def ensure(self, scale: MiniScale = MINI, stage_model: Path | None = None) -> bool:
-        """Build the file unless present; True when it was built now."""
-        if Path(self.path).is_file():
+        """Build the files unless present; True when they were built now."""
+        if self.present:
             return False
-        if self.task is None:
+        if self.kind is PrerequisiteKind.GLUE_CORPUS:
             from kdbench.tasks.corpus import write_glue_corpus
 
-            write_glue_corpus(scale.corpus_tasks, None, self.path, dedupe=True)
-            return True
-        from kdbench.augment_cli import augment_task_file
+            write_glue_corpus(scale.corpus_tasks, None, self.paths[0], dedupe=True)
+        elif self.kind is PrerequisiteKind.SQUAD_SPLIT:
+            _split_squad(scale, Path(self.paths[0]).parent)
+        else:
+            from kdbench.augment_cli import augment_task_file
 
-        if stage_model is None or not stage_model.is_dir():
-            raise ConfigError(f"{self.path}: needs the model of stage {self.after_stage!r}, not found at {stage_model}")
-        augment_task_file(self.task, mlm_model=str(stage_model), out=self.path, n_aug=scale.augmentation_variants,
-                          max_samples=scale.task(self.task).max_train_samples)
+            if stage_model is None or not stage_model.is_dir():
+                raise ConfigError(f"{self.paths[0]}: needs the model of stage {self.after_stage!r}, not found at "
+                                  f"{stage_model}")
+            augment_task_file(self.task, mlm_model=str(stage_model), out=self.paths[0],
+                              n_aug=scale.augmentation_variants, max_samples=scale.task(self.task).max_train_samples)
         return True
 
 
-GLUE_CORPUS = Prerequisite(CORPUS, "the GLUE training sentences of the study's tasks, deduplicated (kdbench corpus glue)")
+def _split_squad(scale: MiniScale, folder: Path) -> None:
+    from kdbench.config import DataConfig
+    from kdbench.tasks.squad import V1, SquadTask, split_articles
+
+    data_dir = DataConfig().resolved_data_dir()
+    if data_dir is None:
+        raise ConfigError("the SQuAD split reads dev-v1.1.json from the data dir: set $KDBENCH_DATA_DIR")
+    split_articles(SquadTask(V1).find_file(data_dir, "dev"), folder, scale.squad_train_articles)
+
+
+GLUE_CORPUS = Prerequisite(PrerequisiteKind.GLUE_CORPUS, (CORPUS,),
+                           "the GLUE training sentences of the study's tasks, deduplicated (kdbench corpus glue)")
 
 
 def augmented_path(task: str, scale: MiniScale = MINI) -> str:
@@ -407,10 +457,16 @@ def prerequisites(table: str, scale: MiniScale = MINI) -> list[Prerequisite]:
     """The table's prerequisite files, in build order (those needing a stage last)."""
     rows = TABLE_ROWS[table]()
     found = [GLUE_CORPUS] if any(row.upstream for row in rows) or any(row.augmented for row in rows) else []
+    for task in table_tasks(table, scale):
+        if task.name == "squad" and task.train_file and task.dev_file:
+            found.append(Prerequisite(PrerequisiteKind.SQUAD_SPLIT, (task.train_file, task.dev_file),
+                                      f"SQuAD v1.1 dev, its first {scale.squad_train_articles} articles to train on and "
+                                      "the rest held out"))
     if any(row.augmented for row in rows):
-        tasks = [t.name for t in scale.tasks if t.name in TABLE_TASKS.get(table, (t.name,))]
-        found += [Prerequisite(augmented_path(task, scale), f"{task}'s training set augmented by TinyBERT's DA with "
-                               f"the MLM-adapted teacher (kdbench augment)", after_stage=MLM_TEACHER, task=task)
+        tasks = [t.name for t in table_tasks(table, scale) if any(row.augmented and row.runs_on(t.name) for row in rows)]
+        found += [Prerequisite(PrerequisiteKind.AUGMENTED, (augmented_path(task, scale),),
+                               f"{task}'s training set augmented by TinyBERT's DA with the MLM-adapted teacher "
+                               "(kdbench augment)", after_stage=MLM_TEACHER, task=task)
                   for task in tasks]
     return found
 
@@ -432,7 +488,9 @@ def write_spec(table: str, folder: Path = SPEC_FOLDER, scale: MiniScale = MINI) 
 # ---------------------------------------------------------------------------------------------
 # Records and rendering
 # ---------------------------------------------------------------------------------------------
-RECORD_FILES = ("result.json", "config.yaml", "loss_terms.jsonl")
+# What a record keeps of a run: its result, config, loss curves and the model's architecture
+# (``model/config.json``: tables measure parameters and FLOPs from it, so they re-render anywhere).
+RECORD_FILES = ("result.json", "config.yaml", "loss_terms.jsonl", "model/config.json")
 MINI_SCALE_NOTE = ("ours = kdbench's mini scale: teacher MiniLM-L6 (6 layers, hidden 384) fine-tuned per task, "
                    "students of 3 layers (`teacher-3l`, `teacher-3l-192`) or the 6-layer bottleneck "
                    "`mobilebert-6l-384`, not the paper's models; see results/reproduction/README.md")
@@ -465,6 +523,7 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path) -> lis
         target.mkdir(parents=True, exist_ok=True)
         for name in RECORD_FILES:
             if (run.run_dir / name).is_file():
+                (target / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(run.run_dir / name, target / name)
         copied.append(target)
     return copied
@@ -503,9 +562,12 @@ def render_claims(table: str, records: Path, out: Path) -> Path:
     from kdbench.records import load_records
 
     frame = load_records(records) if records.is_dir() else None
-    tasks = [task.name for task in MINI.tasks if task.name in TABLE_TASKS.get(table, (task.name,))]
+    tasks = [task.name for task in table_tasks(table)]
+    rows = {row.label: row for row in TABLE_ROWS[table]()}
     text = (f"**Claims tested by table {table!r}** (regenerated by `kdbench reproduce {table} --render-only`)\n\n"
-            + claims_table(TABLE_CLAIMS.get(table, []), frame, tasks) + "\n\n"
+            + claims_table(TABLE_CLAIMS.get(table, []), frame, tasks,
+                           applies=lambda claim, task: rows[claim.better].runs_on(task) and rows[claim.worse].runs_on(task))
+            + "\n\n"
             "Difference: better − worse per seed (both rows run the same seeds), mean ± sample std, se = std/√n. "
             "Verdict: *holds* / *reversed* when the difference has one sign on every seed and its mean exceeds "
             "twice its standard error; *within noise* otherwise; *one seed* / *not run* without a noise estimate.\n")
@@ -586,13 +648,14 @@ def build_prerequisites(table: str, spec_path: Path, output: Path, sweep_options
     spec = load_spec(spec_path)
     stage_models: dict[str, Path] = {}  # each stage run once
     for prerequisite in prerequisites(table):
-        if Path(prerequisite.path).is_file():
-            print(f"[kdbench reproduce] {prerequisite.path}: present ({prerequisite.description})", flush=True)
+        files = ", ".join(prerequisite.paths)
+        if prerequisite.present:
+            print(f"[kdbench reproduce] {files}: present ({prerequisite.description})", flush=True)
             continue
         stage_model = stage_models.get(prerequisite.after_stage or "")
         if prerequisite.after_stage is not None and stage_model is None:
             if dry_run:
-                print(f"[kdbench reproduce] {prerequisite.path}: to build after stage {prerequisite.after_stage} "
+                print(f"[kdbench reproduce] {files}: to build after stage {prerequisite.after_stage} "
                       f"({prerequisite.description}); the folders of runs reading it change once it exists",
                       flush=True)
                 continue
@@ -609,7 +672,7 @@ def build_prerequisites(table: str, spec_path: Path, output: Path, sweep_options
             stage_model = expand(stage_spec, output).runs[prerequisite.after_stage].run_dir / "model"
             stage_models[prerequisite.after_stage] = stage_model
         prerequisite.ensure(MINI, stage_model)
-        print(f"[kdbench reproduce] {prerequisite.path}: built ({prerequisite.description})", flush=True)
+        print(f"[kdbench reproduce] {files}: built ({prerequisite.description})", flush=True)
     return 0
 
 

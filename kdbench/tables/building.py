@@ -77,13 +77,25 @@ class Measurer:
                 return candidate
         return None
 
+    @classmethod
+    def _exported_teacher(cls, run: Mapping[str, Any]) -> Path | None:
+        """The teacher's architecture from an exported record beside this one (``kdbench reproduce``
+        exports every run of a table, teachers included), for records whose teacher folder is gone."""
+        from kdbench.fingerprint import kdbench_run_of
+
+        teacher, record = run.get("teacher"), run.get("run_dir")
+        if not isinstance(teacher, str) or not teacher or not isinstance(record, str) or not record:
+            return None
+        teacher_run = kdbench_run_of(Path(teacher))
+        return cls._config_source(str(Path(record).parent / teacher_run)) if teacher_run else None
+
     def of_run(self, run: Mapping[str, Any]) -> dict[str, float]:
         from kdbench import measure
 
         student = self._config_source(run.get("run_dir")) or self._config_source(run.get("model_dir"))
         if student is None:
             return {}
-        teacher = self._config_source(run.get("teacher"))
+        teacher = self._config_source(run.get("teacher")) or self._exported_teacher(run)
         key = (str(student.resolve()), str(teacher.resolve()) if teacher else "")
         if key not in self._cache:
             s_cfg = measure.as_config(student)

@@ -103,17 +103,18 @@ def test_pretraining_tables_chain_corpus_stages_from_the_mlm_teacher():
 
 
 def test_corpus_prerequisite_is_built_once_from_the_glue_training_sentences(tmp_path, shared_data, monkeypatch):
-    from kdbench.reproduce import MINI, Prerequisite, prerequisites
+    from kdbench.reproduce import MINI, Prerequisite, PrerequisiteKind, prerequisites
 
     monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
-    corpus = Prerequisite(str(tmp_path / "corpus.txt"), "test")
+    corpus = Prerequisite(PrerequisiteKind.GLUE_CORPUS, (str(tmp_path / "corpus.txt"),), "test")
     scale = type(MINI)(corpus_tasks=("rte",))
     assert corpus.ensure(scale) is True
     lines = (tmp_path / "corpus.txt").read_text().splitlines()
     assert len(lines) == len(set(lines)) > 2490  # RTE's 2,490 pairs give two sentences each, deduplicated
     stamp = (tmp_path / "corpus.txt").stat().st_mtime_ns
     assert corpus.ensure(scale) is False and (tmp_path / "corpus.txt").stat().st_mtime_ns == stamp
-    assert [p.path for p in prerequisites("mobilebert-strategies")] and not prerequisites("pkd-skip-last")
+    assert [p.kind for p in prerequisites("mobilebert-strategies")] == [PrerequisiteKind.GLUE_CORPUS]
+    assert not prerequisites("pkd-skip-last")
 
 
 def test_tinybert_procedures_share_one_general_distillation_from_the_pretrained_teacher():
@@ -157,8 +158,8 @@ def test_a_prerequisite_needing_a_stage_runs_that_stage_alone_first_then_only_on
     monkeypatch.chdir(tmp_path)
     spec_path = reproduce.write_spec("tinybert-procedures", tmp_path)
     for prerequisite in reproduce.prerequisites("tinybert-procedures")[:1]:  # the corpus is another test's
-        Path(prerequisite.path).parent.mkdir(parents=True, exist_ok=True)
-        Path(prerequisite.path).write_text("a sentence\n")
+        Path(prerequisite.paths[0]).parent.mkdir(parents=True, exist_ok=True)
+        Path(prerequisite.paths[0]).write_text("a sentence\n")
     sweeps, augmented = [], []
 
     def fake_sweep(argv):  # stands in for `kdbench sweep`: the stage's run "completes"
@@ -183,3 +184,75 @@ def test_a_prerequisite_needing_a_stage_runs_that_stage_alone_first_then_only_on
     sweeps.clear()
     assert reproduce.build_prerequisites("tinybert-procedures", spec_path, Path("runs/reproduction"), options) == 0
     assert not sweeps and len(augmented) == 4  # all present: nothing run, nothing rebuilt
+
+
+def test_squad_is_a_column_of_table_one_trained_on_dev_articles_and_scored_on_the_held_out_ones():
+    from kdbench.reproduce import MINI, PrerequisiteKind, prerequisites
+
+    squad = MINI.task("squad")
+    cells = {cell["name"]: cell for cell in build_spec("cross-method")["cells"]}
+    td = cells["tinybert-td-3l-squad-s2"]
+    assert (td["train_file"], td["dev_file"], td["max_seq_length"]) == (squad.train_file, squad.dev_file, 384)
+    assert build_spec("cross-method")["stages"]["teacher-squad"]["train_file"] == squad.train_file
+    # BERT-PKD's plug-in takes no span head and kdbench augment no SQuAD rows: those rows skip the column
+    assert not [name for name in cells if name.endswith("-squad-s1") and name.startswith(("pkd-", "tinybert4-"))]
+    assert {"finetune-3l-192-squad-s3", "kd-3l-squad-s1", "distilbert-3l-squad-s1", "mobilebert-pkt-squad-s1",
+            "tinybert-gd-td-3l-192-squad-s1"} <= set(cells)
+    assert "squad" not in {c["task"] for t in ("pkd-skip-last", "distilbert-ablation", "tinybert-objectives")
+                           for c in build_spec(t)["cells"]}
+    split = [p for p in prerequisites("cross-method") if p.kind is PrerequisiteKind.SQUAD_SPLIT]
+    assert [p.paths for p in split] == [(squad.train_file, squad.dev_file)]
+
+
+def test_squad_split_keeps_whole_articles_apart(tmp_path, shared_data, monkeypatch):
+    import json
+
+    from kdbench.reproduce import MINI, Prerequisite, PrerequisiteKind
+
+    monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
+    split = Prerequisite(PrerequisiteKind.SQUAD_SPLIT, (str(tmp_path / "dev-v1.1.train.json"),
+                                                        str(tmp_path / "dev-v1.1.heldout.json")), "test")
+    assert split.ensure(MINI) is True and split.present
+    parts = [json.loads(Path(path).read_text())["data"] for path in split.paths]
+    questions = [sum(len(p["qas"]) for a in part for p in a["paragraphs"]) for part in parts]
+    assert (len(parts[0]), len(parts[1]), questions) == (38, 10, [8582, 1988])  # dev-v1.1: 48 articles, 10,570 questions
+    assert not {a["title"] for a in parts[0]} & {a["title"] for a in parts[1]}
+    assert split.ensure(MINI) is False
+
+
+def test_claims_leave_out_the_tasks_one_of_their_rows_does_not_run_on(tmp_path):
+    from kdbench.reproduce import render_claims
+
+    text = render_claims("cross-method", tmp_path / "no-records", tmp_path / "claims.md").read_text()
+    assert "| KD beats fine-tuning without a teacher (wide student) | squad |" in text
+    assert "| PKD-skip beats PKD-last (Table 2) | squad |" not in text
+    assert "| PKD-skip beats PKD-last (Table 2) | rte |" in text
+
+
+def test_measurer_reads_architectures_from_exported_records_when_run_folders_are_gone(tmp_path):
+    """A table re-rendered on another machine measures the student from its record's model/config.json
+    and finds the teacher (for the W_h projection of a narrower student) in the teacher's record."""
+    from transformers import BertConfig
+
+    from kdbench.tables.building import Measurer
+
+    records = tmp_path / "records"
+    teacher_run, student_run = "finetune-sst2-0123456789ab", "kd-sst2-ba9876543210"
+    BertConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256,
+               vocab_size=100).to_json_file(_mkdirs(records / teacher_run / "model") / "config.json")
+    BertConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=128,
+               vocab_size=100).to_json_file(_mkdirs(records / student_run / "model") / "config.json")
+    gone = f"/nonexistent/machine/runs/{teacher_run}/model"  # where the teacher lived when it was trained
+    run = {"run_dir": str(records / student_run), "model_dir": f"/nonexistent/{student_run}/model", "teacher": gone}
+
+    stats = Measurer().of_run(run)
+    alone = Measurer().of_run({**run, "teacher": None})
+    assert stats["params_backbone_millions"] == alone["params_backbone_millions"] > 0
+    assert round((stats["params_millions"] - alone["params_millions"]) * 1e6) == 64 * 128 + 128  # W_h and its bias: 64 -> 128
+    (records / teacher_run / "model" / "config.json").unlink()
+    assert Measurer().of_run(run)["params_millions"] == alone["params_millions"]
+
+
+def _mkdirs(path):
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -601,6 +601,85 @@ def plot(records: Path, out_dir: Path) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Running part of a table
+# ---------------------------------------------------------------------------------------------
+def select_runs(spec: dict[str, Any], patterns: list[str]) -> dict[str, Any]:
+    """The spec with only the cells whose name matches one of ``patterns`` (shell-style, e.g.
+    ``kd-3l-*``, ``*-mrpc-s[1-3]``); a pattern naming a stage (``teacher-rte``) runs that stage alone,
+    as a cell with the stage's keys (the same run folder). The stages the kept cells refer to come
+    along when the sweep resolves them. A pattern that matches nothing is an error naming it."""
+    from fnmatch import fnmatchcase
+
+    cells, stages = spec.get("cells") or [], spec.get("stages") or {}
+    for pattern in patterns:
+        if not any(fnmatchcase(cell["name"], pattern) for cell in cells) and \
+                not any(fnmatchcase(name, pattern) for name in stages):
+            example = cells[0]["name"] if cells else "none"
+            raise ConfigError(f"--only {pattern!r} matches no cell or stage of {spec['name']} "
+                              f"(cells are named like {example!r}; stages: {', '.join(stages) or 'none'})")
+    chosen = [cell for cell in cells if any(fnmatchcase(cell["name"], pattern) for pattern in patterns)]
+    needed = _referenced_stages(chosen, stages)
+    alone = [{"name": name, **keys} for name, keys in stages.items()
+             if name not in needed and any(fnmatchcase(name, pattern) for pattern in patterns)]
+    return {**spec, "cells": alone + chosen}
+
+
+def _referenced_stages(cells: list[dict[str, Any]], stages: dict[str, Any]) -> set[str]:
+    """The stages ``cells`` refer to, directly or through other stages (a stage they need runs
+    anyway: it is not added a second time as a cell of its own)."""
+    import json
+
+    from kdbench.sweep import REFERENCE, RUN_DIR_SUFFIX
+
+    found: set[str] = set()
+    todo = [json.dumps(cells, default=str)]
+    while todo:
+        for reference in REFERENCE.findall(todo.pop()):
+            name = reference.removesuffix(RUN_DIR_SUFFIX)
+            if name in stages and name not in found:
+                found.add(name)
+                depends_on = [f"${{{other}}}" for other in stages[name].get("depends_on") or []]
+                todo.append(json.dumps([stages[name], depends_on], default=str))
+    return found
+
+
+def write_selection(spec_path: Path, patterns: list[str], output: Path) -> Path:
+    """Write the selected part of the spec beside the runs (``OUTPUT/.selections/``) and return its path."""
+    import hashlib
+
+    from kdbench.sweep import load_spec
+
+    selected = select_runs(load_spec(spec_path), patterns)
+    digest = hashlib.sha256("\0".join(patterns).encode()).hexdigest()[:8]
+    path = output / ".selections" / f"{spec_path.stem}-{digest}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = f"# {spec_path.name}, only: {' '.join(patterns)} (written by kdbench reproduce --only)\n"
+    path.write_text(header + yaml.safe_dump(selected, sort_keys=False))
+    return path
+
+
+def _read_paths(spec_path: Path, output: Path) -> set[str]:
+    """Every string value of the runs of a spec (resolved, stages included): the files they read."""
+    from kdbench.sweep import expand, load_spec
+
+    found: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif isinstance(value, str):
+            found.add(value)
+
+    for run in expand(load_spec(spec_path), output=output).runs.values():
+        walk(run.values)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------------
 def cmd_reproduce(args: Any) -> int:
@@ -619,10 +698,12 @@ def cmd_reproduce(args: Any) -> int:
         sweep_options = ["--executor", args.executor, "--output", args.output]
         if args.profile:
             sweep_options += ["--profile", args.profile]
-        code = build_prerequisites(args.table, spec_path, Path(args.output), sweep_options, dry_run=args.dry_run)
+        patterns = [p.strip() for p in (args.only or "").split(",") if p.strip()]
+        run_spec = write_selection(spec_path, patterns, Path(args.output)) if patterns else spec_path
+        code = build_prerequisites(args.table, run_spec, Path(args.output), sweep_options, dry_run=args.dry_run)
         if code != 0:
             return code
-        code = kdbench_main(["sweep", str(spec_path), *sweep_options, *(["--dry-run"] if args.dry_run else [])])
+        code = kdbench_main(["sweep", str(run_spec), *sweep_options, *(["--dry-run"] if args.dry_run else [])])
         if args.dry_run:
             return code
         copied = export_records(spec_path, Path(args.output), records)
@@ -646,8 +727,11 @@ def build_prerequisites(table: str, spec_path: Path, output: Path, sweep_options
     from kdbench.sweep import expand, load_spec
 
     spec = load_spec(spec_path)
+    read = _read_paths(spec_path, output)
     stage_models: dict[str, Path] = {}  # each stage run once
     for prerequisite in prerequisites(table):
+        if not any(path in read for path in prerequisite.paths):
+            continue  # none of the runs to do reads it (a part of the table chosen with --only)
         files = ", ".join(prerequisite.paths)
         if prerequisite.present:
             print(f"[kdbench reproduce] {files}: present ({prerequisite.description})", flush=True)
@@ -689,4 +773,8 @@ def add_command(subparsers: Any) -> None:
     reproduce.add_argument("--write-spec", action="store_true", help="regenerate the table's sweep spec and exit")
     reproduce.add_argument("--dry-run", action="store_true", help="list the runs and their folders; train nothing")
     reproduce.add_argument("--no-plots", action="store_true", help="skip the score-vs-cost plots (plots/)")
+    reproduce.add_argument("--only", metavar="PATTERNS",
+                           help="run only the cells (or stages) whose names match these comma-separated shell "
+                                "patterns, e.g. 'kd-3l-*' or '*-mrpc-s*' or 'teacher-rte' (see --dry-run for names); "
+                                "every completed run of the table is still exported and rendered")
     reproduce.set_defaults(handler=cmd_reproduce)

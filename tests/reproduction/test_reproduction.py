@@ -256,3 +256,44 @@ def test_measurer_reads_architectures_from_exported_records_when_run_folders_are
 def _mkdirs(path):
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def test_only_keeps_the_matching_cells_and_runs_a_named_stage_alone():
+    from kdbench.reproduce import select_runs
+
+    spec = build_spec("cross-method")
+    picked = select_runs(spec, ["kd-3l-mrpc-s*", "teacher-rte"])
+    names = [cell["name"] for cell in picked["cells"]]
+    assert names == ["teacher-rte", "kd-3l-mrpc-s1", "kd-3l-mrpc-s2", "kd-3l-mrpc-s3", "kd-3l-mrpc-s4",
+                     "kd-3l-mrpc-s5"]
+    assert picked["stages"] == spec["stages"]  # the MRPC cells still find ${teacher-mrpc}
+    alone = picked["cells"][0]
+    assert {k: v for k, v in alone.items() if k != "name"} == spec["stages"]["teacher-rte"]
+    # a stage that a kept cell needs is not added a second time as a cell of its own
+    assert [c["name"] for c in select_runs(spec, ["teacher-mrpc", "kd-3l-mrpc-s1"])["cells"]] == ["kd-3l-mrpc-s1"]
+
+
+def test_only_names_a_pattern_that_matches_nothing():
+    from kdbench.config import ConfigError
+    from kdbench.reproduce import select_runs
+
+    with pytest.raises(ConfigError, match=r"--only 'kd-3l-qnli-\*' matches no cell or stage of reproduction-cross-method"):
+        select_runs(build_spec("cross-method"), ["kd-3l-mrpc-s1", "kd-3l-qnli-*"])
+
+
+def test_only_builds_just_the_prerequisites_the_chosen_runs_read(tmp_path, monkeypatch, capsys):
+    """Choosing MRPC cells builds neither the SQuAD split nor the GLUE corpus (no corpus stage is
+    needed); choosing a SQuAD cell builds the split (and still not the corpus)."""
+    from kdbench.reproduce import build_prerequisites, prerequisites, write_selection
+
+    monkeypatch.chdir(tmp_path)
+    spec_path = SPEC_FOLDER / "cross-method.yaml"
+    built = []
+    monkeypatch.setattr("kdbench.reproduce.Prerequisite.ensure",
+                        lambda self, scale=None, stage_model=None: built.append(self.kind.value))
+    output = tmp_path / "runs" / "reproduction"
+    assert {p.kind.value for p in prerequisites("cross-method")} >= {"glue-corpus", "squad-split", "augmented"}
+    assert build_prerequisites("cross-method", write_selection(spec_path, ["kd-3l-mrpc-*"], output), output, []) == 0
+    assert built == []
+    assert build_prerequisites("cross-method", write_selection(spec_path, ["kd-3l-squad-s1"], output), output, []) == 0
+    assert built == ["squad-split"]

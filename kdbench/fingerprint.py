@@ -104,6 +104,16 @@ def model_fingerprint(name: str | None) -> dict[str, Any] | None:
         return {"kdbench_run": run}
     if not folder.exists():
         return {"path": str(folder), "missing": True}
+    return content_digest(folder)
+
+
+def content_digest(folder: Path) -> dict[str, Any]:
+    """The SHA-256 of a model file, or of a model folder's weights, config and tokenizer files.
+
+    A kdbench run's ``model/`` is identified by its run's name when a run is planned (its content
+    may not exist yet); a record also stores this digest of what was actually read, because the
+    same config trained again (another machine, library version or commit) need not give the
+    same weights."""
     if folder.is_file():
         return {"sha256": file_digest(folder).sha256}
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in MODEL_FILE_SUFFIXES)
@@ -111,6 +121,15 @@ def model_fingerprint(name: str | None) -> dict[str, Any] | None:
     for path in files:
         combined.update(f"{path.name}\0{file_digest(path).sha256}\n".encode())
     return {"sha256": combined.hexdigest(), "files": len(files)}
+
+
+def local_models_read(roles: dict[str, str | None]) -> dict[str, str]:
+    """``{role: sha256}`` for each model given as an existing local file or folder."""
+    found = {}
+    for role, name in roles.items():
+        if name and is_path_like(name) and Path(name).expanduser().exists():
+            found[role] = content_digest(Path(canonical_path(name)))["sha256"]
+    return found
 
 
 def data_fingerprint(source: Path | str) -> dict[str, Any]:

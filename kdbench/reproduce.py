@@ -508,10 +508,15 @@ def records_folder(table: str, root: Path = SPEC_FOLDER) -> Path:
     return root / table / "records"
 
 
-def export_records(spec_path: Path, runs_output: Path, destination: Path) -> list[Path]:
+def export_records(spec_path: Path, runs_output: Path, destination: Path, supersede: bool = False) -> list[Path]:
     """Copy the record files (never model weights) of every run of the spec that has a record into
-    ``destination/<run folder>/``; returns the copied run folders."""
+    ``destination/<run folder>/``; returns the copied run folders.
+
+    A completed record already there from another training of the same config (another machine or
+    session: a different ``created_at``) is kept, and named on standard error, unless ``supersede``:
+    records that read its model were trained on its weights, which a new training need not repeat."""
     import shutil
+    import sys
 
     from kdbench.sweep import expand, load_spec
 
@@ -520,6 +525,11 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path) -> lis
         if not (run.run_dir / "result.json").is_file():
             continue
         target = destination / run.run_dir.name
+        conflict = _other_training(run.run_dir / "result.json", target / "result.json")
+        if conflict and not supersede:
+            print(f"[kdbench reproduce] kept {target}: {conflict}; --supersede-records replaces it (rerun every "
+                  "record that read its model)", file=sys.stderr, flush=True)
+            continue
         target.mkdir(parents=True, exist_ok=True)
         for name in RECORD_FILES:
             if (run.run_dir / name).is_file():
@@ -527,6 +537,20 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path) -> lis
                 shutil.copy2(run.run_dir / name, target / name)
         copied.append(target)
     return copied
+
+
+def _other_training(new: Path, kept: Path) -> str | None:
+    """Why the completed record ``kept`` is another training than ``new``; None when it is the same
+    run (or ``kept`` is absent or unfinished, so the new one may replace it)."""
+    import json
+
+    if not kept.is_file():
+        return None
+    old, fresh = json.loads(kept.read_text()), json.loads(new.read_text())
+    if old.get("status") != "completed" or old.get("created_at") == fresh.get("created_at"):
+        return None
+    return (f"it holds a completed run created {old.get('created_at')} (metrics {old.get('metrics')}), "
+            f"this one was created {fresh.get('created_at')} (metrics {fresh.get('metrics')})")
 
 
 def render(table: str, records: Path, out: Path) -> Path:
@@ -706,7 +730,7 @@ def cmd_reproduce(args: Any) -> int:
         code = kdbench_main(["sweep", str(run_spec), *sweep_options, *(["--dry-run"] if args.dry_run else [])])
         if args.dry_run:
             return code
-        copied = export_records(spec_path, Path(args.output), records)
+        copied = export_records(spec_path, Path(args.output), records, supersede=args.supersede_records)
         print(f"[kdbench reproduce] {len(copied)} records in {records}")
         if code != 0:
             return code
@@ -773,6 +797,9 @@ def add_command(subparsers: Any) -> None:
     reproduce.add_argument("--write-spec", action="store_true", help="regenerate the table's sweep spec and exit")
     reproduce.add_argument("--dry-run", action="store_true", help="list the runs and their folders; train nothing")
     reproduce.add_argument("--no-plots", action="store_true", help="skip the score-vs-cost plots (plots/)")
+    reproduce.add_argument("--supersede-records", action="store_true",
+                           help="replace committed records of another training of the same run (e.g. a teacher "
+                                "retrained on a new machine) instead of keeping them")
     reproduce.add_argument("--only", metavar="PATTERNS",
                            help="run only the cells (or stages) whose names match these comma-separated shell "
                                 "patterns, e.g. 'kd-3l-*' or '*-mrpc-s*' or 'teacher-rte' (see --dry-run for names); "

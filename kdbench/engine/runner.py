@@ -36,6 +36,7 @@ from kdbench.engine.run_log import StageProgress, TimedCheckpoints, run_log_file
 from kdbench.engine.setup import prepare_run
 from kdbench.engine.trainer import DistillationTrainer, ResumeLogger, stage_optimization, training_arguments
 from kdbench.errors import DataError, TrainingOutOfMemoryError, is_out_of_memory
+from kdbench.fingerprint import content_digest, local_models_read
 from kdbench.method import Stage
 from kdbench.model_card import write_model_card
 from kdbench.records import (INTERRUPTED, RESULT_FILE, SCHEMA_VERSION, kdbench_revision, library_versions,
@@ -114,6 +115,9 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback], fresh: boo
         "versions": library_versions(),
         "kdbench_revision": kdbench_revision(),
         "inputs": plan.inputs,
+        # the content of every local model read (a teacher run's folder is named by its config only)
+        "weights_sha256": local_models_read({"teacher": plan.config.teacher, "student": plan.config.student,
+                                             "student_init_from": plan.config.student_init_from}),
         "run_dir": str(run_dir),
         "metrics": {},
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -153,6 +157,8 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback], fresh: boo
     clock.save(ended="completed")
     record.update(train_seconds=clock.total_seconds(), attempts=clock.count)
     if writer:
+        if (run_dir / "model").is_dir():
+            record["weights_sha256"]["model"] = content_digest(run_dir / "model")["sha256"]
         record["disk_bytes"] = folder_bytes(run_dir)
         write_json_atomic(record_path, record)
         print(f"[kdbench] run folder {run_dir} holds {human_bytes(record['disk_bytes'])} "

@@ -158,3 +158,15 @@ def test_hub_ids_and_presets_are_identified_by_name(name, tmp_path, monkeypatch)
 
     monkeypatch.chdir(tmp_path)
     assert model_fingerprint(name) == {"name": name}
+
+
+def test_a_record_stores_the_digest_of_the_weights_it_read_and_wrote(tiny_teacher, shared_data, tmp_path, capsys):
+    """A teacher that is a kdbench run is named by its folder; the record also says which weights were in it."""
+    from kdbench.fingerprint import content_digest
+
+    run_dir, record = _run(["run", "kd", "--task", "sst2", "--teacher", str(tiny_teacher), "--student", "teacher-1l",
+                            "--output", str(tmp_path / "runs"), "--data-dir", str(shared_data), *FAST], capsys)
+    digests = record["weights_sha256"]
+    assert digests["teacher"] == content_digest(tiny_teacher)["sha256"]
+    assert digests["model"] == content_digest(run_dir / "model")["sha256"] != digests["teacher"]
+    assert "student" not in digests  # a preset, not a folder

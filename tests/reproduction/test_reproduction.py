@@ -297,3 +297,31 @@ def test_only_builds_just_the_prerequisites_the_chosen_runs_read(tmp_path, monke
     assert built == []
     assert build_prerequisites("cross-method", write_selection(spec_path, ["kd-3l-squad-s1"], output), output, []) == 0
     assert built == ["squad-split"]
+
+
+def test_export_keeps_a_committed_record_of_another_training_unless_superseded(tmp_path, capsys):
+    """A teacher retrained on a new machine has the same run folder as the committed one; its
+    record must not silently replace the one the committed cells were trained against."""
+    import json
+
+    from kdbench.reproduce import export_records, write_selection
+    from kdbench.sweep import expand, load_spec
+
+    output = tmp_path / "runs"
+    spec_path = write_selection(SPEC_FOLDER / "cross-method.yaml", ["teacher-rte"], output)
+    run_dir = expand(load_spec(spec_path), output=output).runs["teacher-rte"].run_dir
+    run_dir.mkdir(parents=True)
+    fresh = {"status": "completed", "created_at": "2026-11-26T12:50:50+0000", "metrics": {"acc": 59.2}}
+    (run_dir / "result.json").write_text(json.dumps(fresh))
+    records = tmp_path / "records"
+    committed = {"status": "completed", "created_at": "2026-11-23T21:04:46+0000", "metrics": {"acc": 57.4}}
+    _mkdirs(records / run_dir.name)
+    (records / run_dir.name / "result.json").write_text(json.dumps(committed))
+
+    assert export_records(spec_path, output, records) == []
+    assert json.loads((records / run_dir.name / "result.json").read_text())["metrics"] == {"acc": 57.4}
+    assert f"kept {records / run_dir.name}" in capsys.readouterr().err
+    assert export_records(spec_path, output, records, supersede=True) == [records / run_dir.name]
+    assert json.loads((records / run_dir.name / "result.json").read_text())["metrics"] == {"acc": 59.2}
+    # the same training exported again (same created_at) just refreshes its files
+    assert export_records(spec_path, output, records) == [records / run_dir.name]

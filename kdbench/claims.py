@@ -7,7 +7,9 @@ its standard error. The verdict is deliberately strict:
 - ``holds``: the difference is positive on every seed and its mean exceeds twice its standard error;
 - ``reversed``: the same, negative;
 - ``within noise``: anything else with at least two seeds;
-- ``one seed`` / ``not run``: no estimate of the noise, or no pair of runs at all.
+- ``one seed`` / ``not run``: no estimate of the noise, or no pair of runs at all;
+- ``teachers differ``: the two rows' runs read different teacher weights (``weights_sha256`` of
+  their records), e.g. one row trained against a teacher retrained on another machine: no verdict.
 
 Used by the reproduction study's claims tables (``kdbench reproduce``) and by ``kdbench quickstart``.
 """
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 HOLDS, REVERSED, WITHIN_NOISE, ONE_SEED, NOT_RUN = "holds", "reversed", "within noise", "one seed", "not run"
+TEACHERS_DIFFER = "teachers differ"
 
 
 @dataclass(frozen=True)
@@ -103,11 +106,26 @@ def scores_by_row(records: Any) -> dict[tuple[str, str], dict[Any, float]]:
     return scores
 
 
+def teacher_weights_by_row(records: Any) -> dict[tuple[str, str], set[str]]:
+    """``{(row label, task): {teacher weights digest}}`` of the completed runs that recorded one
+    (records written before ``weights_sha256`` existed contribute nothing)."""
+    found: dict[tuple[str, str], set[str]] = {}
+    if records is None or len(records) == 0 or "weights_sha256" not in records.columns:
+        return found
+    for _, run in records.iterrows():
+        digests, label = run.get("weights_sha256"), run.get("label")
+        if run.get("status") != "completed" or not isinstance(label, str) or not isinstance(digests, dict):
+            continue
+        if digests.get("teacher"):
+            found.setdefault((label, run["task"]), set()).add(digests["teacher"])
+    return found
+
+
 def claims_table(claims: Sequence[Claim], records: Any, tasks: Sequence[str],
                  applies: Callable[[Claim, str], bool] | None = None) -> str:
     """Markdown: one line per claim and task, with both rows' mean ± std and the paired verdict;
     ``applies(claim, task)`` leaves out the tasks a claim's rows do not run on (default: none)."""
-    scores = scores_by_row(records)
+    scores, teachers = scores_by_row(records), teacher_weights_by_row(records)
     lines = ["| paper | claim | task | better row | worse row | difference (paired) | verdict |",
              "|---|---|---|---|---|---|---|"]
     for claim in claims:
@@ -116,8 +134,10 @@ def claims_table(claims: Sequence[Claim], records: Any, tasks: Sequence[str],
                 continue
             better, worse = scores.get((claim.better, task), {}), scores.get((claim.worse, task), {})
             difference = PairedDifference.of(better, worse)
+            read = teachers.get((claim.better, task), set()) | teachers.get((claim.worse, task), set())
+            verdict = TEACHERS_DIFFER if len(read) > 1 and difference.n > 0 else difference.verdict
             lines.append(f"| {claim.paper} | {claim.statement} | {task} | {claim.better} {_mean_std(better)} | "
-                         f"{claim.worse} {_mean_std(worse)} | {_difference(difference)} | {difference.verdict} |")
+                         f"{claim.worse} {_mean_std(worse)} | {_difference(difference)} | {verdict} |")
     return "\n".join(lines)
 
 

@@ -41,3 +41,21 @@ def test_claims_table_reads_the_main_metric_of_completed_runs_by_row_label():
     assert lines[2] == ("| Hinton | KD beats fine-tuning | mrpc | kd-3l 86.50 ± 0.50 (3 seeds) | finetune-3l 85.33 ± 0.29 "
                         "(3 seeds) | +1.17 ± 0.29 (se 0.17) | holds |")
     assert lines[3] == ("| Hinton | KD beats fine-tuning | rte | kd-3l (not run) | finetune-3l (not run) | – | not run |")
+
+
+def test_a_claim_over_runs_that_read_different_teacher_weights_gets_no_verdict():
+    """Same teacher run name, different weights (retrained elsewhere): the difference is shown, not judged.
+    Records written before weights_sha256 existed (NaN) do not count as a second teacher."""
+    def run(label, seed, f1, teacher):
+        digests = {"teacher": teacher, "model": f"m{label}{seed}"} if teacher else float("nan")
+        return {"label": label, "task": "mrpc", "seed": seed, "status": "completed", "metric.f1": f1,
+                "weights_sha256": digests}
+
+    claim = [Claim("Hinton", "KD beats fine-tuning", "kd-3l", "finetune-3l")]
+    same = [run("kd-3l", s, 86.0 + s, "aaa") for s in (1, 2, 3)] + [run("finetune-3l", s, 85.0, "aaa") for s in (1, 2, 3)]
+    assert claims_table(claim, pd.DataFrame(same), ["mrpc"]).splitlines()[2].endswith("| holds |")
+    mixed = same[:3] + [run("finetune-3l", s, 85.0, "bbb") for s in (1, 2, 3)]
+    assert claims_table(claim, pd.DataFrame(mixed), ["mrpc"]).splitlines()[2].endswith(
+        "| +3.00 ± 1.00 (se 0.58) | teachers differ |")
+    unknown = same[:3] + [run("finetune-3l", s, 85.0, None) for s in (1, 2, 3)]
+    assert claims_table(claim, pd.DataFrame(unknown), ["mrpc"]).splitlines()[2].endswith("| holds |")

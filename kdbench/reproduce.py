@@ -521,7 +521,10 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
     from kdbench.sweep import expand, load_spec
 
     copied = []
-    for run in expand(load_spec(spec_path), output=runs_output).runs.values():
+    runs = expand(load_spec(spec_path), output=runs_output).runs.values()
+    _write_stage_roles(destination, {run.run_dir.name: stage_role_name(run.stage, run.values.get("task"))
+                                     for run in runs if run.stage})
+    for run in runs:
         if not (run.run_dir / "result.json").is_file():
             continue
         target = destination / run.run_dir.name
@@ -537,6 +540,28 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
                 shutil.copy2(run.run_dir / name, target / name)
         copied.append(target)
     return copied
+
+
+def stage_role_name(stage: str, task: str | None) -> str:
+    """The role a stage plays across tasks: ``teacher-mrpc`` and ``teacher-rte`` are both the task's
+    fine-tuned ``teacher`` (one table row spans the tasks); other stages keep their name."""
+    suffix = f"-{task}"
+    return stage[: -len(suffix)] if task and stage.endswith(suffix) and len(stage) > len(suffix) else stage
+
+
+def _write_stage_roles(destination: Path, roles: dict[str, str]) -> None:
+    """Name each stage run (the teachers) by its stage in ``stage_roles.json`` beside the records: a
+    table groups cells by their teacher's role, and records must not need the run folders for it."""
+    import json
+
+    from kdbench.tables.building import STAGE_ROLES_FILE
+
+    path = destination / STAGE_ROLES_FILE
+    known = json.loads(path.read_text()) if path.is_file() else {}
+    merged = {**known, **roles}
+    if merged != known:
+        destination.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")
 
 
 def _other_training(new: Path, kept: Path) -> str | None:

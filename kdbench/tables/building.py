@@ -3,6 +3,7 @@ that account for every run that does not appear in a cell."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -246,12 +247,32 @@ def _student_name(run: Mapping[str, Any], field: str = "student") -> str:
     return path.name if "/" in student else student
 
 
+STAGE_ROLES_FILE = "stage_roles.json"  # beside exported records: {teacher run folder: sweep stage}
+
+
 def _teacher_role(run: Mapping[str, Any]) -> str:
     """The teacher's role: the sweep stage that made it (one fine-tuned teacher per task, one role),
-    else its folder or name."""
+    else its folder or name. Exported records name it in ``stage_roles.json`` beside them (read
+    first, so a table of records renders the same on every machine); runs in a sweep folder, in
+    the sweep's manifest."""
+    from kdbench.fingerprint import kdbench_run_of
     from kdbench.sweep import stage_role
 
-    return stage_role(run.get("teacher")) or _student_name(run, "teacher")
+    teacher, record = run.get("teacher"), run.get("run_dir")
+    if isinstance(teacher, str) and teacher and isinstance(record, str) and record:
+        roles = _exported_roles(str(Path(record).parent / STAGE_ROLES_FILE))
+        teacher_run = kdbench_run_of(Path(teacher))
+        if teacher_run in roles:
+            return roles[teacher_run]
+    return stage_role(teacher) or _student_name(run, "teacher")
+
+
+@functools.lru_cache(maxsize=64)
+def _exported_roles(path: str) -> dict[str, str]:
+    import json
+
+    file = Path(path)
+    return json.loads(file.read_text()) if file.is_file() else {}
 
 
 def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer) -> Table:

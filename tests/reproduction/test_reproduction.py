@@ -325,3 +325,29 @@ def test_export_keeps_a_committed_record_of_another_training_unless_superseded(t
     assert json.loads((records / run_dir.name / "result.json").read_text())["metrics"] == {"acc": 59.2}
     # the same training exported again (same created_at) just refreshes its files
     assert export_records(spec_path, output, records) == [records / run_dir.name]
+
+
+def test_a_teacher_stage_plays_one_role_across_tasks():
+    from kdbench.reproduce import stage_role_name
+
+    assert stage_role_name("teacher-mrpc", "mrpc") == stage_role_name("teacher-squad", "squad") == "teacher"
+    assert stage_role_name("teacher-mlm", "corpus") == "teacher-mlm"
+    assert stage_role_name("rte", "rte") == "rte"  # never an empty role
+
+
+def test_exported_records_name_their_teachers_role_without_the_run_folders(tmp_path):
+    """Cells of two tasks, with teachers that are two different runs, land in one table row when the
+    records say both teachers are the task's fine-tuned 'teacher'; without the file they are two rows."""
+    import json
+
+    from kdbench.tables.building import STAGE_ROLES_FILE, _teacher_role
+
+    records = _mkdirs(tmp_path / "records")
+    cells = [{"run_dir": str(records / f"kd-{task}-0123456789a{i}"),
+              "teacher": f"/gone/runs/finetune-{task}-{i}bcdef012345/model"} for i, task in enumerate(("mrpc", "rte"))]
+    assert {_teacher_role(cell) for cell in cells} == {"finetune-mrpc-0bcdef012345", "finetune-rte-1bcdef012345"}
+    (records / STAGE_ROLES_FILE).write_text(json.dumps({"finetune-mrpc-0bcdef012345": "teacher",
+                                                        "finetune-rte-1bcdef012345": "teacher"}))
+    from kdbench.tables.building import _exported_roles
+    _exported_roles.cache_clear()
+    assert {_teacher_role(cell) for cell in cells} == {"teacher"}

@@ -260,7 +260,8 @@ def _teacher_role(run: Mapping[str, Any]) -> str:
 
     teacher, record = run.get("teacher"), run.get("run_dir")
     if isinstance(teacher, str) and teacher and isinstance(record, str) and record:
-        roles = _exported_roles(str(Path(record).parent / STAGE_ROLES_FILE))
+        file = Path(record).parent / STAGE_ROLES_FILE
+        roles = _exported_roles(str(file), file.stat().st_mtime_ns) if file.is_file() else {}
         teacher_run = kdbench_run_of(Path(teacher))
         if teacher_run in roles:
             return roles[teacher_run]
@@ -268,11 +269,11 @@ def _teacher_role(run: Mapping[str, Any]) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _exported_roles(path: str) -> dict[str, str]:
+def _exported_roles(path: str, mtime_ns: int) -> dict[str, str]:
+    """The roles file, read once per version (an export in the same process rewrites it)."""
     import json
 
-    file = Path(path)
-    return json.loads(file.read_text()) if file.is_file() else {}
+    return json.loads(Path(path).read_text())
 
 
 def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer) -> Table:

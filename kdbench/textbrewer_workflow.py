@@ -3,7 +3,8 @@
 The same job as ``kdbench run tinybert`` (mode=task): an intermediate stage (embedding + hidden-state
 MSE on uniformly mapped layers through a linear projection, attention MSE on the matching layers)
 then a prediction stage (soft cross-entropy on the logits, T = 1, no hard-label term; dev accuracy
-after every epoch). Both stages use ``GeneralDistiller.train`` with AdamW (kdbench's fused one, so
+after every epoch). Both stages use ``GeneralDistiller.train`` (inside ``with distiller:``, so the
+student trains with dropout, as kdbench's does) with AdamW (kdbench's fused one, so
 the optimiser is not what differs) and the epochs, learning rate, schedule, warm-up, betas, epsilon,
 weight decay and gradient clipping kdbench resolves for the same stage (``resolve_stage``: the
 method's official values, overridden by what the run gives), on batches of the same size,
@@ -196,14 +197,24 @@ def main(argv: list[str] | None = None) -> int:
         schedule_args = {"num_warmup_steps": int(opt.warmup_ratio * total)}
         if opt.schedule == "linear":
             schedule_args["num_training_steps"] = total
-        distiller.train(optimizer, loader, num_epochs=epochs, scheduler_class=schedules[opt.schedule],
-                        scheduler_args=schedule_args, max_grad_norm=opt.max_grad_norm or -1.0, callback=callback,
-                        output_hidden_states=bool(keep_hidden), output_attentions=bool(keep_attention))
+        modes: set[bool] = set()  # the student's mode at every training forward (evaluation runs without grad)
+        hook = student.register_forward_pre_hook(
+            lambda module, inputs: modes.add(module.training) if torch.is_grad_enabled() else None)
+        # `with distiller:` is TextBrewer's documented usage: it puts the student in training mode
+        # (dropout on, as in kdbench and TinyBERT's code) and the teacher in eval mode. Without it a
+        # student loaded by from_pretrained trains in eval mode, without dropout.
+        with distiller:
+            distiller.train(optimizer, loader, num_epochs=epochs, scheduler_class=schedules[opt.schedule],
+                            scheduler_args=schedule_args, max_grad_norm=opt.max_grad_norm or -1.0, callback=callback,
+                            output_hidden_states=bool(keep_hidden), output_attentions=bool(keep_attention))
+        hook.remove()
+        student_modes[name] = sorted("train" if mode else "eval" for mode in modes)
         phases[name] = round(time.perf_counter() - clock, 3)
         phases[f"{name}_optimization"] = {k: getattr(opt, k) for k in ("epochs", "lr", "schedule", "warmup_ratio",
                                                                           "weight_decay", "max_grad_norm")}
 
     scores: list[float] = []
+    student_modes: dict[str, list[str]] = {}
 
     def evaluate(model: Any, step: int) -> None:
         model.eval()
@@ -222,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
           prediction_adaptor, evaluate, [], [])
     phases["total_in_process"] = round(time.perf_counter() - STARTED, 3)
     print(json.dumps({"phases": phases, "dev_accuracy_per_epoch": scores, "train_rows": train.num_rows,
-                      "teacher_cache": args.teacher_cache, "length_grouped": args.length_grouped}))
+                      "teacher_cache": args.teacher_cache, "length_grouped": args.length_grouped,
+                      "student_modes": student_modes}))
     return 0
 
 

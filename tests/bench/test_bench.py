@@ -270,3 +270,7 @@ def test_workflow_times_kdbench_and_textbrewer_end_to_end(tmp_path, shared_data,
     assert runs["textbrewer"]["phases"]["intermediate_optimization"]["schedule"] == "constant"
     assert runs["textbrewer"]["phases"]["prediction_optimization"]["epochs"] == 1
     assert result["summary"]["rte"]["speedup_vs_textbrewer"]["median"] > 0
+    # Both frameworks train with dropout: TextBrewer's student is in training mode at every training
+    # step of both stages (a from_pretrained model starts in eval mode; `with distiller:` switches it).
+    for job in ("textbrewer", "textbrewer-cache"):
+        assert runs[job]["student_modes"] == {"intermediate": ["train"], "prediction": ["train"]}

@@ -6,6 +6,8 @@ its standard error. The verdict is deliberately strict:
 
 - ``holds``: the difference is positive on every seed and its mean exceeds twice its standard error;
 - ``reversed``: the same, negative;
+- ``no signal``: both rows give one and the same score on every seed (e.g. both predict the
+  majority class): the runs did not learn what the claim compares, so it is not tested;
 - ``within noise``: anything else with at least two seeds;
 - ``one seed`` / ``not run``: no estimate of the noise, or no pair of runs at all;
 - ``teachers differ``: the two rows' runs read different teacher weights (``weights_sha256`` of
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 HOLDS, REVERSED, WITHIN_NOISE, ONE_SEED, NOT_RUN = "holds", "reversed", "within noise", "one seed", "not run"
+NO_SIGNAL = "no signal"
 TEACHERS_DIFFER = "teachers differ"
 
 
@@ -31,10 +34,14 @@ class PairedDifference:
     """``better − worse`` per seed (seeds run by both)."""
 
     differences: Mapping[Any, float]
+    constant: float | None = None  # the one score both rows gave on every shared seed, if they did
 
     @classmethod
     def of(cls, better: Mapping[Any, float], worse: Mapping[Any, float]) -> PairedDifference:
-        return cls({seed: better[seed] - worse[seed] for seed in better if seed in worse})
+        seeds = [seed for seed in better if seed in worse]
+        scores = {better[seed] for seed in seeds} | {worse[seed] for seed in seeds}
+        return cls({seed: better[seed] - worse[seed] for seed in seeds},
+                   constant=scores.pop() if len(seeds) >= 2 and len(scores) == 1 else None)
 
     @property
     def n(self) -> int:
@@ -58,6 +65,8 @@ class PairedDifference:
             return NOT_RUN
         if self.n == 1:
             return ONE_SEED
+        if self.constant is not None:
+            return NO_SIGNAL
         values = list(self.differences.values())
         if self.mean > 2 * self.stderr and all(v > 0 for v in values):
             return HOLDS
@@ -71,6 +80,9 @@ class PairedDifference:
             return "not run: no seed has both runs"
         if self.n == 1:
             return f"one seed ({self.mean:+.2f}): no estimate of the seed noise, so no verdict"
+        if self.constant is not None:
+            return (f"no signal: both rows score {self.constant:.2f} on all {self.n} seeds (a constant prediction, "
+                    "such as the majority class), so the claim is not tested")
         figures = f"mean {self.mean:+.2f} ± {self.std:.2f} over {self.n} seeds, standard error {self.stderr:.2f}"
         return {HOLDS: f"holds: positive on every seed, {figures}",
                 REVERSED: f"reversed: negative on every seed, {figures}",

@@ -619,7 +619,9 @@ def render_claims(table: str, records: Path, out: Path) -> Path:
             + "\n\n"
             "Difference: better − worse per seed (both rows run the same seeds), mean ± sample std, se = std/√n. "
             "Verdict: *holds* / *reversed* when the difference has one sign on every seed and its mean exceeds "
-            "twice its standard error; *within noise* otherwise; *one seed* / *not run* without a noise estimate; "
+            "twice its standard error; *no signal* when both rows give one and the same score on every seed (e.g. "
+            "both predict the majority class: not tested); *within noise* otherwise; *one seed* / *not run* "
+            "without a noise estimate; "
             "*teachers differ* when the two rows read different teacher weights (no verdict).\n")
     text += "\n" + compute_summary(frame) + "\n"
     out.write_text(text)

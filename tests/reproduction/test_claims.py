@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from kdbench.claims import HOLDS, NOT_RUN, ONE_SEED, REVERSED, WITHIN_NOISE, Claim, PairedDifference, claims_table
+from kdbench.claims import (HOLDS, NO_SIGNAL, NOT_RUN, ONE_SEED, REVERSED, WITHIN_NOISE, Claim, PairedDifference,
+                            claims_table)
 
 
 def test_paired_difference_uses_only_seeds_run_by_both_rows():
@@ -22,6 +23,9 @@ def test_paired_difference_uses_only_seeds_run_by_both_rows():
     ({1: 3.0, 2: 3.0, 3: -0.1}, {1: 0.0, 2: 0.0, 3: 0.0}, WITHIN_NOISE),  # mean 1.97 but one seed negative
     ({1: 0.3, 2: 0.1, 3: 0.2, 4: 0.9}, {1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0}, HOLDS),  # 0.375 > 2 x 0.180
     ({1: 0.1, 2: 0.1, 3: 0.1, 4: 2.0}, {1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0}, WITHIN_NOISE),  # 0.575 < 2 x 0.475
+    ({1: 52.71, 2: 52.71, 3: 52.71}, {1: 52.71, 2: 52.71, 3: 52.71}, NO_SIGNAL),  # both rows at one score
+    ({1: 52.71, 2: 52.71, 3: 53.07}, {1: 52.71, 2: 52.71, 3: 52.71}, WITHIN_NOISE),  # one run moved off it
+    ({1: 55.0, 2: 55.0}, {1: 52.71, 2: 52.71}, HOLDS),  # each row constant, but apart: a real difference
     ({1: 1.0}, {1: 0.0}, ONE_SEED),
     ({1: 1.0}, {2: 0.0}, NOT_RUN),
 ])
@@ -59,3 +63,10 @@ def test_a_claim_over_runs_that_read_different_teacher_weights_gets_no_verdict()
         "| +3.00 ± 1.00 (se 0.58) | teachers differ |")
     unknown = same[:3] + [run("finetune-3l", s, 85.0, None) for s in (1, 2, 3)]
     assert claims_table(claim, pd.DataFrame(unknown), ["mrpc"]).splitlines()[2].endswith("| holds |")
+
+
+def test_no_signal_names_the_score_both_rows_stay_at():
+    difference = PairedDifference.of({1: 52.71, 2: 52.71, 4: 60.0}, {1: 52.71, 2: 52.71})
+    assert (difference.verdict, difference.constant, difference.mean) == (NO_SIGNAL, 52.71, 0.0)
+    assert difference.describe() == ("no signal: both rows score 52.71 on all 2 seeds (a constant prediction, such as "
+                                     "the majority class), so the claim is not tested")

@@ -28,6 +28,15 @@ HOLDS, REVERSED, WITHIN_NOISE, ONE_SEED, NOT_RUN = "holds", "reversed", "within 
 NO_SIGNAL = "no signal"
 TEACHERS_DIFFER = "teachers differ"
 
+# The verdicts in one paragraph, printed under every claims table.
+VERDICT_LEGEND = (
+    "Difference: better − worse per seed (both rows run the same seeds), mean ± sample std, se = std/√n. "
+    "Verdict: *holds* / *reversed* when the difference has one sign on every seed and its mean exceeds "
+    "twice its standard error; *no signal* when both rows give one and the same score on every seed (e.g. "
+    "both predict the majority class: not tested); *within noise* otherwise; *one seed* / *not run* "
+    "without a noise estimate; *teachers differ* when the two rows read different teacher weights (no verdict)."
+)
+
 
 @dataclass(frozen=True)
 class PairedDifference:

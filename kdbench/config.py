@@ -24,7 +24,7 @@ import yaml
 
 from kdbench.constraints import ConfigError, check_fields, constrained
 from kdbench.optimization import OPTIMIZERS, SCHEDULES
-from kdbench.fingerprint import canonical_path, is_path_like
+from kdbench.fingerprint import HUB_SOURCE_PREFIX, canonical_path, is_path_like
 from kdbench.pretrained import resolve_model_name
 
 
@@ -266,7 +266,6 @@ def _without_none(value: Any) -> Any:
 
 
 MODEL_KEYS = ("teacher", "student", "tokenizer", "student_init_from")
-HUB_SOURCE_PREFIX = "hub:"
 
 
 def canonical_data_paths(data: DataConfig) -> DataConfig:

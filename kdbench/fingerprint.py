@@ -1,7 +1,7 @@
 """Content fingerprints of a run's inputs: the data files it reads and the models it loads.
 
 A run's folder is named by a hash of its resolved config *and* of these fingerprints, so a run is
-identified by what it reads, not by how its paths are spelled:
+identified by what it reads, not by where it reads it from (:func:`run_identity`):
 
 - a data file by its size and SHA-256 (cached by path, size and modification time, so an unchanged
   file is hashed once; a rewritten file, e.g. by ``kdbench augment``, is hashed again);
@@ -142,7 +142,47 @@ def data_fingerprint(source: Path | str) -> dict[str, Any]:
     return file_digest(path).as_dict()
 
 
-def identity_hash(identity: dict[str, Any], inputs: dict[str, Any]) -> str:
-    """The 12-hex-digit run identity of a resolved config and its input fingerprints."""
-    canonical = json.dumps({"config": identity, "inputs": inputs}, sort_keys=True, default=str)
+# Version of the rule that turns a run's config and inputs into its folder name. Scheme 1 hashed the
+# config with its paths (the data directory, the teacher's folder): a run moved to another machine,
+# data directory or output folder got a new name. ``kdbench migrate`` renames scheme-1 folders.
+IDENTITY_SCHEME = 2
+LOCATION_DATA_KEYS = ("data_dir", "train_file", "dev_file", "corpus")
+HUB_SOURCE_PREFIX = "hub:"  # a data source read from the Hub, not a file
+
+
+def run_identity(config_identity: dict[str, Any], inputs: dict[str, Any]) -> str:
+    """The 12-hex-digit identity of a run: its resolved config (:meth:`RunConfig.identity`) and the
+    fingerprints of what it reads, with every location left out (:func:`location_free`)."""
+    config, located_inputs = location_free(config_identity, inputs)
+    canonical = json.dumps({"scheme": IDENTITY_SCHEME, "config": config, "inputs": located_inputs},
+                           sort_keys=True, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def location_free(config_identity: dict[str, Any], inputs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The config and input fingerprints without the paths they were read from.
+
+    A model given as a local folder or file is identified by its fingerprint in ``inputs`` (a
+    kdbench run's name or a content digest), so its path leaves the config; a Hub id or a student
+    preset stays. Data files are identified by size and digest; the data directory and local file
+    paths leave the config. A file missing at planning time keeps only its base name."""
+    config = json.loads(json.dumps(config_identity, default=str))
+    for role, fingerprint in inputs.items():
+        if role != "data" and isinstance(fingerprint, dict) and "name" not in fingerprint:
+            config.pop(role, None)
+    data_config = config.get("data", {})
+    for key in LOCATION_DATA_KEYS:
+        value = data_config.get(key)
+        if isinstance(value, str) and (key == "data_dir" or not value.startswith(HUB_SOURCE_PREFIX)):
+            data_config.pop(key)
+    located = {role: _without_location(value) for role, value in inputs.items() if role != "data"}
+    located["data"] = [_without_location(source) for source in inputs.get("data", [])]
+    return config, located
+
+
+def _without_location(fingerprint: Any) -> Any:
+    if not isinstance(fingerprint, dict) or "path" not in fingerprint:
+        return fingerprint
+    if fingerprint.get("missing"):
+        return {"missing": Path(fingerprint["path"]).name}
+    return {key: value for key, value in fingerprint.items() if key != "path"}

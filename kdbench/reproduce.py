@@ -522,8 +522,6 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
 
     copied = []
     runs = expand(load_spec(spec_path), output=runs_output).runs.values()
-    _write_stage_roles(destination, {run.run_dir.name: stage_role_name(run.stage, run.values.get("task"))
-                                     for run in runs if run.stage})
     for run in runs:
         if not (run.run_dir / "result.json").is_file():
             continue
@@ -539,6 +537,8 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
                 (target / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(run.run_dir / name, target / name)
         copied.append(target)
+    _write_stage_roles(destination, {run.run_dir.name: stage_role_name(run.stage, run.values.get("task"))
+                                     for run in runs if run.stage})
     return copied
 
 
@@ -550,15 +550,17 @@ def stage_role_name(stage: str, task: str | None) -> str:
 
 
 def _write_stage_roles(destination: Path, roles: dict[str, str]) -> None:
-    """Name each stage run (the teachers) by its stage in ``stage_roles.json`` beside the records: a
-    table groups cells by their teacher's role, and records must not need the run folders for it."""
+    """Name each stage run with a record here (the teachers) by its stage in ``stage_roles.json``
+    beside the records: a table groups cells by their teacher's role, and records must not need the
+    run folders for it. Stages without a record are left out: nothing here reads them, and the name
+    of a stage not run yet can change (it hashes prerequisite files that may not exist yet)."""
     import json
 
     from kdbench.tables.building import STAGE_ROLES_FILE
 
     path = destination / STAGE_ROLES_FILE
     known = json.loads(path.read_text()) if path.is_file() else {}
-    merged = {**known, **roles}
+    merged = {name: role for name, role in {**known, **roles}.items() if (destination / name).is_dir()}
     if merged != known:
         destination.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")

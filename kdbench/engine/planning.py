@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kdbench.config import ConfigError, RunConfig
-from kdbench.fingerprint import data_fingerprint, identity_hash, model_fingerprint, written_as_path
+from kdbench.fingerprint import data_fingerprint, model_fingerprint, run_identity, written_as_path
 from kdbench.method import Method
 from kdbench.plugins import METHODS, STUDENTS, TASKS
 from kdbench.students import StudentPreset
@@ -26,8 +26,9 @@ class RunPlan:
 
     @property
     def identity(self) -> str:
-        """The run's identity: its resolved config and the content of every input it reads."""
-        return identity_hash(self.config.identity(), self.inputs)
+        """The run's identity: its resolved config and the content of every input it reads, wherever
+        those inputs and the run's output sit."""
+        return run_identity(self.config.identity(), self.inputs)
 
     @property
     def run_dir(self) -> Path:

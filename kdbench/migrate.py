@@ -154,6 +154,24 @@ def plan_migration(roots: Sequence[Path]) -> MigrationPlan:
                          {name: run.folders for name, run in runs.items()})
 
 
+def older_scheme_folders(output: Path, planned: Iterable[str]) -> list[str]:
+    """Run folders directly under ``output`` that no planned run is named after and whose record
+    hashes to their name under an older scheme: what ``kdbench migrate`` would rename. Only records
+    are read (no model or data file), so a sweep can check this before every submission."""
+    wanted = set(planned)
+    older = []
+    for folder in sorted(output.iterdir()) if output.is_dir() else []:
+        if folder.name in wanted or not RUN_FOLDER.match(folder.name) or not (folder / RESULT_FILE).is_file():
+            continue
+        try:
+            run = read_identity(folder)
+        except (ConfigError, ValueError, OSError):
+            continue
+        if any(folder.name.endswith("-" + rule(run.config_identity, run.inputs)) for rule in SCHEMES[:-1]):
+            older.append(folder.name)
+    return older
+
+
 def apply_migration(plan: MigrationPlan, roots: Sequence[Path]) -> None:
     """Rename the folders and rewrite old names in the text files under ``roots``.
 

@@ -563,6 +563,7 @@ def submit_sweep(sweep: Sweep, profile: str | dict[str, Any] | None = None,
 
     prof = profile if isinstance(profile, dict) else load_profile(profile)
     sweep.output.mkdir(parents=True, exist_ok=True)
+    _warn_older_folders(sweep)
     write_manifest(sweep, "slurm", spec_path)
     live = live_slurm_jobs(sweep)
     job_of: dict[str, str] = {}
@@ -593,6 +594,17 @@ def submit_sweep(sweep: Sweep, profile: str | dict[str, Any] | None = None,
     return outcome
 
 
+def _warn_older_folders(sweep: Sweep) -> None:
+    """Say so when the output holds runs named by an older kdbench: the sweep would train them again."""
+    from kdbench.migrate import older_scheme_folders
+
+    older = older_scheme_folders(sweep.output, (run.run_dir.name for run in sweep.runs.values()))
+    if older:
+        log.warning("%d run folder(s) in %s were named by an older kdbench (e.g. %s); this sweep does not find them "
+                    "and trains their runs again: stop it and run `kdbench migrate %s` first", len(older),
+                    sweep.output, older[0], sweep.output)
+
+
 def run_sweep(sweep: Sweep, executor_kind: str, profile: str | dict[str, Any] | None = None,
               spec_path: str | None = None) -> dict[str, str]:
     """Submit every run that is not completed, level by level, waiting for each level (the
@@ -605,6 +617,7 @@ def run_sweep(sweep: Sweep, executor_kind: str, profile: str | dict[str, Any] | 
 
     prof = profile if isinstance(profile, dict) else load_profile(profile)
     sweep.output.mkdir(parents=True, exist_ok=True)
+    _warn_older_folders(sweep)
     write_manifest(sweep, executor_kind, spec_path)
     outcome: dict[str, str] = {}
     for level, runs in enumerate(sweep.levels()):

@@ -17,7 +17,7 @@ from kdbench.cli import main
 from kdbench.config import ConfigError, build_run_config, load_yaml
 from kdbench.engine import plan_run
 from kdbench.fingerprint import location_free, run_identity
-from kdbench.migrate import apply_migration, plan_migration, read_identity, scheme_1_identity
+from kdbench.migrate import apply_migration, older_scheme_folders, plan_migration, read_identity, scheme_1_identity
 from kdbench.records import run_lock
 from tiny_models import TINY_RUN
 
@@ -159,3 +159,12 @@ def test_migrated_runs_are_found_again_by_kdbench_run(tiny_teacher, shared_data,
     assert main(student_args) == 0  # found completed: not trained again
     assert Path(capsys.readouterr().out.strip().splitlines()[-1]) == student_dir
     assert json.loads((student_dir / "result.json").read_text())["created_at"] == created
+
+
+def test_a_sweep_is_told_about_folders_named_by_an_older_kdbench(tmp_path):
+    root = _copy_records(tmp_path, OLD_TEACHER, OLD_STUDENT)
+    shutil.copytree(SCHEME_1 / OLD_TEACHER, root / "finetune-rte-0123456789ab")  # hashes to no name it has
+    assert older_scheme_folders(root, []) == [OLD_TEACHER, OLD_STUDENT]
+    assert older_scheme_folders(root, [OLD_STUDENT]) == [OLD_TEACHER]  # a planned name is the sweep's own
+    apply_migration(plan_migration([root]), [root])
+    assert older_scheme_folders(root, []) == []

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 # A kdbench run folder: "<method>-<task>-<12 hex digits of the identity hash>".
-RUN_FOLDER = re.compile(r"^[a-z0-9][a-z0-9_.-]*-[0-9a-f]{12}$")
+IDENTITY_DIGITS = 12
+RUN_FOLDER = re.compile(rf"^[a-z0-9][a-z0-9_.-]*-[0-9a-f]{{{IDENTITY_DIGITS}}}$")
 RUN_MODEL_FOLDER = "model"
 MODEL_FILE_SUFFIXES = (".safetensors", ".bin", ".json", ".txt", ".model")
 FINGERPRINT_CACHE_ENV = "KDBENCH_CACHE_DIR"
@@ -154,9 +155,13 @@ def run_identity(config_identity: dict[str, Any], inputs: dict[str, Any]) -> str
     """The 12-hex-digit identity of a run: its resolved config (:meth:`RunConfig.identity`) and the
     fingerprints of what it reads, with every location left out (:func:`location_free`)."""
     config, located_inputs = location_free(config_identity, inputs)
-    canonical = json.dumps({"scheme": IDENTITY_SCHEME, "config": config, "inputs": located_inputs},
-                           sort_keys=True, default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+    return identity_digest({"scheme": IDENTITY_SCHEME, "config": config, "inputs": located_inputs})
+
+
+def identity_digest(payload: dict[str, Any]) -> str:
+    """The first ``IDENTITY_DIGITS`` hex digits of the SHA-256 of ``payload`` as canonical JSON."""
+    canonical = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:IDENTITY_DIGITS]
 
 
 def location_free(config_identity: dict[str, Any], inputs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -18,7 +18,6 @@ folders (records, configs, sweep manifests, ``stage_roles.json``, checkpoints' t
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -28,18 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from kdbench.config import ConfigError, RunConfig, from_mapping, load_yaml
-from kdbench.fingerprint import RUN_FOLDER, run_identity
+from kdbench.fingerprint import IDENTITY_DIGITS, RUN_FOLDER, identity_digest, run_identity
 from kdbench.records import RESULT_FILE, lock_holder
 
 TEXT_SUFFIXES = (".json", ".jsonl", ".yaml", ".yml", ".md", ".csv")
 MAX_REWRITTEN_BYTES = 64 << 20  # larger files are data or weights, not records
-IDENTITY_DIGITS = 12
 
 
 def scheme_1_identity(config_identity: dict[str, Any], inputs: dict[str, Any]) -> str:
     """The folder hash kdbench gave a run before identity scheme 2: config paths included."""
-    canonical = json.dumps({"config": config_identity, "inputs": inputs}, sort_keys=True, default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:IDENTITY_DIGITS]
+    return identity_digest({"config": config_identity, "inputs": inputs})
 
 
 # Identity schemes a folder may have been named under, oldest first; the last is the current one.
@@ -97,15 +94,14 @@ def read_identity(folder: Path) -> FolderIdentity:
 def find_run_folders(roots: Iterable[Path]) -> list[Path]:
     """Run folders (a run-shaped name holding ``result.json`` or ``config.yaml``) under ``roots``,
     not inside hidden folders (sweep selections, temporary files)."""
-    found = []
+    found = set()
     for root in roots:
-        for marker in ("config.yaml", RESULT_FILE):
-            for path in root.rglob(marker):
-                folder = path.parent
-                relative = folder.relative_to(root).parts
-                if RUN_FOLDER.match(folder.name) and not any(part.startswith(".") for part in relative):
-                    found.append(folder)
-    return sorted(set(found))
+        for path in root.rglob("*"):
+            folder = path.parent
+            if (path.name in ("config.yaml", RESULT_FILE) and RUN_FOLDER.match(folder.name)
+                    and not any(part.startswith(".") for part in folder.relative_to(root).parts)):
+                found.add(folder)
+    return sorted(found)
 
 
 def plan_migration(roots: Sequence[Path]) -> MigrationPlan:

@@ -96,11 +96,10 @@ def find_run_folders(roots: Iterable[Path]) -> list[Path]:
     not inside hidden folders (sweep selections, temporary files)."""
     found = set()
     for root in roots:
-        for path in root.rglob("*"):
-            folder = path.parent
-            if (path.name in ("config.yaml", RESULT_FILE) and RUN_FOLDER.match(folder.name)
-                    and not any(part.startswith(".") for part in folder.relative_to(root).parts)):
-                found.add(folder)
+        for folder, subfolders, files in os.walk(root):
+            subfolders[:] = [name for name in subfolders if not name.startswith(".")]  # never entered
+            if RUN_FOLDER.match(Path(folder).name) and ("config.yaml" in files or RESULT_FILE in files):
+                found.add(Path(folder))
     return sorted(found)
 
 

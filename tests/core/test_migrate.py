@@ -17,7 +17,14 @@ from kdbench.cli import main
 from kdbench.config import ConfigError, build_run_config, load_yaml
 from kdbench.engine import plan_run
 from kdbench.fingerprint import location_free, run_identity
-from kdbench.migrate import apply_migration, older_scheme_folders, plan_migration, read_identity, scheme_1_identity
+from kdbench.migrate import (
+    apply_migration,
+    find_run_folders,
+    older_scheme_folders,
+    plan_migration,
+    read_identity,
+    scheme_1_identity,
+)
 from kdbench.records import run_lock
 from tiny_models import TINY_RUN
 
@@ -102,6 +109,15 @@ def test_migrate_renames_a_teacher_and_the_student_that_read_it(tmp_path):
         assert name.endswith(run_identity(run.config_identity, run.inputs))
     again = plan_migration([root])
     assert again.renames == {} and again.current == sorted([NEW_TEACHER, NEW_STUDENT])
+
+
+def test_run_folders_inside_hidden_folders_are_not_found(tmp_path):
+    root = _copy_records(tmp_path, OLD_TEACHER)
+    shutil.copytree(SCHEME_1 / OLD_STUDENT, root / ".selection" / OLD_STUDENT)  # a sweep's hidden copy
+    shutil.copytree(SCHEME_1 / OLD_STUDENT, root / "nested" / OLD_STUDENT)
+    (root / "not-a-run").mkdir()
+    (root / "not-a-run" / "config.yaml").write_text("method: kd\n")
+    assert find_run_folders([root]) == [root / OLD_TEACHER, root / "nested" / OLD_STUDENT]
 
 
 def test_a_student_whose_teacher_is_elsewhere_is_kept(tmp_path, capsys):

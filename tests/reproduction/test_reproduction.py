@@ -122,7 +122,10 @@ def test_tinybert_procedures_share_one_general_distillation_from_the_pretrained_
     general = spec["stages"]["general-distillation"]  # GD distils the pre-trained teacher: no MLM head needed
     assert (general["method"], general["mode"], general["teacher"]) == ("tinybert", "general", "minilm-l6")
     by_name = {cell["name"]: cell for cell in spec["cells"]}
-    assert by_name["wo-da-rte-s2"]["student"] == by_name["wo-td-rte-s2"]["student"] == "${general-distillation}"
+    assert by_name["tinybert-gd-td-3l-192-rte-s2"]["student"] == by_name["wo-td-rte-s2"]["student"] == "${general-distillation}"
+    # w/o DA is table 1's GD + TD row: one label, so one run folder for both tables
+    assert by_name["tinybert-gd-td-3l-192-rte-s2"] == {
+        cell["name"]: cell for cell in build_spec("cross-method")["cells"]}["tinybert-gd-td-3l-192-rte-s2"]
     assert by_name["wo-td-rte-s2"]["mode"] == "prediction" and "intermediate_epochs" not in by_name["wo-td-rte-s2"]
     assert by_name["wo-gd-rte-s2"]["student_init"] == "random" and "mode" not in by_name["wo-gd-rte-s2"]
 
@@ -138,7 +141,7 @@ def test_augmented_rows_read_the_whole_augmented_file_built_after_the_mlm_teache
     from kdbench.reproduce import MLM_TEACHER, augmented_path, prerequisites
 
     cells = {cell["name"]: cell for cell in build_spec("tinybert-procedures")["cells"]}
-    da, no_da = cells["tinybert4-sst2-s2"], cells["wo-da-sst2-s2"]
+    da, no_da = cells["tinybert4-sst2-s2"], cells["tinybert-gd-td-3l-192-sst2-s2"]
     assert da["train_file"] == augmented_path("sst2") and "max_train_samples" not in da
     assert "train_file" not in no_da and no_da["max_train_samples"] == 16000
     assert cells["wo-gd-rte-s1"]["train_file"] == augmented_path("rte") and cells["wo-gd-rte-s1"]["student_init"] == "random"

@@ -247,25 +247,32 @@ def _student_name(run: Mapping[str, Any], field: str = "student") -> str:
     return path.name if "/" in student else student
 
 
-STAGE_ROLES_FILE = "stage_roles.json"  # beside exported records: {teacher run folder: sweep stage}
+STAGE_ROLES_FILE = "stage_roles.json"  # beside exported records: {stage run folder: sweep stage}
 
 
-def _teacher_role(run: Mapping[str, Any]) -> str:
-    """The teacher's role: the sweep stage that made it (one fine-tuned teacher per task, one role),
-    else its folder or name. Exported records name it in ``stage_roles.json`` beside them (read
-    first, so a table of records renders the same on every machine); runs in a sweep folder, in
-    the sweep's manifest."""
+def _model_role(run: Mapping[str, Any], field: str) -> str | None:
+    """The sweep stage that made the run's ``field`` model (its teacher, or a student that starts
+    from a stage such as TinyBERT's general distillation): one fine-tuned teacher per task, one
+    role. Exported records name it in ``stage_roles.json`` beside them (read first, so a table of
+    records renders the same on every machine); runs in a sweep folder, in the sweep's manifest.
+    None for a model no stage made."""
     from kdbench.fingerprint import kdbench_run_of
     from kdbench.sweep import stage_role
 
-    teacher, record = run.get("teacher"), run.get("run_dir")
-    if isinstance(teacher, str) and teacher and isinstance(record, str) and record:
+    model, record = run.get(field), run.get("run_dir")
+    if not isinstance(model, str) or not model:
+        return None
+    if isinstance(record, str) and record:
         file = Path(record).parent / STAGE_ROLES_FILE
         roles = _exported_roles(str(file), file.stat().st_mtime_ns) if file.is_file() else {}
-        teacher_run = kdbench_run_of(Path(teacher))
-        if teacher_run in roles:
-            return roles[teacher_run]
-    return stage_role(teacher) or _student_name(run, "teacher")
+        model_run = kdbench_run_of(Path(model))
+        if model_run in roles:
+            return roles[model_run]
+    return stage_role(model)
+
+
+def _teacher_role(run: Mapping[str, Any]) -> str:
+    return _model_role(run, "teacher") or _student_name(run, "teacher")
 
 
 @functools.lru_cache(maxsize=64)
@@ -280,6 +287,10 @@ def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer) -> Tabl
     import pandas as pd
 
     completed = runs[runs["status"] == "completed"] if len(runs) and "status" in runs else pd.DataFrame()
+    without_column = pd.DataFrame()
+    if len(completed):  # e.g. a general-distillation stage on a corpus: a model for other rows, no dev score
+        has_column = completed["task"].map(lambda task: normalise(task) in spec.tasks)
+        completed, without_column = completed[has_column], completed[~has_column]
     present = set(completed["task"].map(normalise)) if len(completed) else set()
     tasks = [t for t in spec.tasks if t in present or (t == "mnli-mm" and "mnli" in present)]
     headers = [MAIN_METRICS[t][0] for t in tasks]
@@ -291,7 +302,8 @@ def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer) -> Tabl
         groups: dict[tuple[str, str, str, str], list[int]] = {}
         for index, run in completed.iterrows():
             label = run.get("label") if isinstance(run.get("label"), str) else ""
-            key = (canonical_method(run.get("method")), _student_name(run), label or "", _teacher_role(run))
+            student = _model_role(run, "student") or _student_name(run)
+            key = (canonical_method(run.get("method")), student, label or "", _teacher_role(run))
             groups.setdefault(key, []).append(index)
         for (method, student, label, teacher), indices in sorted(groups.items()):
             display = f"{method} [{label}]" if label else method
@@ -333,6 +345,10 @@ def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer) -> Tabl
                        "throughput ratio vs the run's teacher at batch 32 on this machine (only with --latency)")
     if len(runs):
         table.notes += unfinished_notes(runs)
+    if len(without_column):
+        names = sorted({_describe_run(run) for _, run in without_column.iterrows()})
+        table.notes.append(f"{len(without_column)} completed run(s) on a task with no column here, so in no row: "
+                           + ", ".join(names))
     _note_selection(table)
     return table
 

@@ -332,3 +332,26 @@ def test_cross_method_rows_group_by_the_teachers_sweep_role_not_its_folder(tmp_p
     assert table.header[3:6] == ["SST-2", "RTE", "Avg (ours)"]
     assert [r[:6] for r in table.rows] == [["kd", "tinybert-4l-312", "finetune-teacher", "90.0", "60.0", "75.0"],
                                            ["pkd", "tinybert-4l-312", "finetune-teacher", "88.0", "64.0", "76.0"]]
+
+
+def test_cross_method_names_a_student_made_by_a_stage_and_gives_the_corpus_stage_no_row(tmp_path, run, runs_frame):
+    """TinyBERT GD + TD from exported records: the GD stage trained on a corpus (no dev score, no
+    column) is named in a note instead of an empty row, and the cells that start from its model show
+    the stage's role as their student, not its hashed folder."""
+    import json
+
+    from kdbench.tables.building import STAGE_ROLES_FILE, _exported_roles
+
+    records = tmp_path / "records"
+    records.mkdir()
+    stage, teacher = "tinybert-corpus-344a670b2c54", "finetune-rte-0c0dc24bac9b"
+    (records / STAGE_ROLES_FILE).write_text(json.dumps({stage: "general-distillation", teacher: "teacher"}))
+    _exported_roles.cache_clear()
+    runs = runs_frame(
+        run("tinybert", "corpus", {}, student="teacher-3l-192", run_dir=str(records / stage), teacher="minilm-l6"),
+        *[run("tinybert", "rte", {"acc": score}, seed=seed, label="gd-td", student=f"/gone/{stage}/model",
+              teacher=f"/gone/{teacher}/model", run_dir=str(records / f"tinybert-rte-00000000000{seed}"))
+          for seed, score in ((1, 54.0), (2, 56.0))])
+    table = build_table("cross-method", runs)
+    assert [row[:4] for row in table.rows] == [["tinybert [gd-td]", "general-distillation", "teacher", "55.0 ± 1.4"]]
+    assert "1 completed run(s) on a task with no column here, so in no row: tinybert/corpus/teacher-3l-192" in table.notes

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,10 +231,15 @@ def _notes(spec: TableSpec, runs, unmatched: list[int]) -> list[str]:
     if len(runs):
         notes += unfinished_notes(runs)
         if unmatched:
-            names = sorted({_describe_run(runs.loc[i]) for i in unmatched})
-            shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
-            notes.append(f"{len(unmatched)} completed run(s) match no row of this table: {shown}")
+            notes.append(f"{len(unmatched)} completed run(s) match no row of this table: "
+                         + _run_names(runs.loc[i] for i in unmatched))
     return notes
+
+
+def _run_names(runs: Iterable[Mapping[str, Any]], shown: int = 8) -> str:
+    """The distinct runs described for a footnote, the first ``shown`` of them in order."""
+    names = sorted({_describe_run(run) for run in runs})
+    return ", ".join(names[:shown]) + (" ..." if len(names) > shown else "")
 
 
 def _student_name(run: Mapping[str, Any], field: str = "student") -> str:
@@ -346,9 +351,8 @@ def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer) -> Tabl
     if len(runs):
         table.notes += unfinished_notes(runs)
     if len(without_column):
-        names = sorted({_describe_run(run) for _, run in without_column.iterrows()})
         table.notes.append(f"{len(without_column)} completed run(s) on a task with no column here, so in no row: "
-                           + ", ".join(names))
+                           + _run_names(run for _, run in without_column.iterrows()))
     _note_selection(table)
     return table
 

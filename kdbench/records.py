@@ -194,18 +194,25 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
-def kdbench_revision() -> dict[str, Any]:
-    """The kdbench source a run was produced by: the git commit of a source checkout (and whether
-    it had uncommitted changes), else the installed version only."""
+# The parts of a source checkout that decide what a run computes. Uncommitted edits elsewhere
+# (re-rendered tables and records under results/, docs, tests) leave a run's numbers unchanged, and a
+# study that exports records into its own checkout would otherwise mark every later run dirty.
+CODE_PATHS: tuple[str, ...] = ("kdbench", "methods", "tasks", "pyproject.toml")
+
+
+def kdbench_revision(source: Path | None = None) -> dict[str, Any]:
+    """The kdbench source a run was produced by: the git commit of a source checkout and whether its
+    code (`CODE_PATHS`) had uncommitted changes to tracked files, else the installed version only.
+    `source` is the checkout's root (default: the one this module was imported from)."""
     import subprocess
 
-    source = Path(__file__).resolve().parent.parent
+    source = source or Path(__file__).resolve().parent.parent
     revision: dict[str, Any] = {"commit": None, "dirty": None}
     try:
         commit = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True,
                                 timeout=10, check=True).stdout.strip()
-        status = subprocess.run(["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True, timeout=10, check=True).stdout
+        status = subprocess.run(["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no", "--",
+                                 *CODE_PATHS], capture_output=True, text=True, timeout=10, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return revision
     return {"commit": commit, "dirty": bool(status.strip())}

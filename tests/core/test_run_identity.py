@@ -170,3 +170,38 @@ def test_a_record_stores_the_digest_of_the_weights_it_read_and_wrote(tiny_teache
     assert digests["teacher"] == content_digest(tiny_teacher)["sha256"]
     assert digests["model"] == content_digest(run_dir / "model")["sha256"] != digests["teacher"]
     assert "student" not in digests  # a preset, not a folder
+
+
+def test_revision_is_dirty_only_when_the_code_changed(tmp_path):
+    """A study exports records and re-renders tables inside its checkout; that must not mark its
+    runs as made by uncommitted code, while an edit to a method must."""
+    import subprocess
+
+    from kdbench.records import kdbench_revision
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    (tmp_path / "methods").mkdir()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "methods" / "kd.py").write_text("T = 2.0\n")
+    (tmp_path / "results" / "table.md").write_text("| a |\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "start")
+    head = git("rev-parse", "HEAD")
+    assert kdbench_revision(tmp_path) == {"commit": head, "dirty": False}
+
+    (tmp_path / "results" / "table.md").write_text("| b |\n")
+    (tmp_path / "results" / "new-record.json").write_text("{}\n")
+    assert kdbench_revision(tmp_path) == {"commit": head, "dirty": False}
+
+    (tmp_path / "methods" / "kd.py").write_text("T = 4.0\n")
+    assert kdbench_revision(tmp_path) == {"commit": head, "dirty": True}
+
+
+def test_revision_outside_a_checkout_names_no_commit(tmp_path):
+    from kdbench.records import kdbench_revision
+
+    assert kdbench_revision(tmp_path) == {"commit": None, "dirty": None}

@@ -230,15 +230,25 @@ def _notes(spec: TableSpec, runs, unmatched: list[int]) -> list[str]:
                      "speed-up measured on this machine vs the run's teacher, only with --latency)")
     if len(runs):
         notes += unfinished_notes(runs)
-        if unmatched:
-            notes.append(f"{len(unmatched)} completed run(s) match no row of this table: "
-                         + _run_names(runs.loc[i] for i in unmatched))
+        # A sweep stage (a task's teacher, TinyBERT's general distillation) is an input of the
+        # table's cells, not a row of its own: say so, instead of listing it as a stray run.
+        stages = {i: role for i in unmatched if (role := _own_role(runs.loc[i]))}
+        strays = [i for i in unmatched if i not in stages]
+        if stages:
+            notes.append(f"{len(stages)} stage run(s) that this table's cells read, not rows of it: "
+                         + _run_names([runs.loc[i] for i in stages], roles=stages.values()))
+        if strays:
+            notes.append(f"{len(strays)} completed run(s) match no row of this table: "
+                         + _run_names(runs.loc[i] for i in strays))
     return notes
 
 
-def _run_names(runs: Iterable[Mapping[str, Any]], shown: int = 8) -> str:
-    """The distinct runs described for a footnote, the first ``shown`` of them in order."""
-    names = sorted({_describe_run(run) for run in runs})
+def _run_names(runs: Iterable[Mapping[str, Any]], shown: int = 8, roles: Iterable[str] | None = None) -> str:
+    """The distinct runs described for a footnote, the first ``shown`` of them in order; each
+    prefixed by its stage role when ``roles`` (one per run) is given."""
+    runs = list(runs)
+    prefixes = [f"{role}: " for role in roles] if roles is not None else [""] * len(runs)
+    names = sorted({prefix + _describe_run(run) for prefix, run in zip(prefixes, runs, strict=True)})
     return ", ".join(names[:shown]) + (" ..." if len(names) > shown else "")
 
 
@@ -274,6 +284,16 @@ def _model_role(run: Mapping[str, Any], field: str) -> str | None:
         if model_run in roles:
             return roles[model_run]
     return stage_role(model)
+
+
+def _own_role(run: Mapping[str, Any]) -> str | None:
+    """The sweep stage the run itself is (``teacher``), or None for a cell or a run of no sweep."""
+    from kdbench.fingerprint import RUN_MODEL_FOLDER
+
+    run_dir = run.get("run_dir")
+    if not isinstance(run_dir, str) or not run_dir:
+        return None
+    return _model_role({**run, "own_model": str(Path(run_dir) / RUN_MODEL_FOLDER)}, "own_model")
 
 
 def _teacher_role(run: Mapping[str, Any]) -> str:

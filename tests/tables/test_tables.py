@@ -355,3 +355,27 @@ def test_cross_method_names_a_student_made_by_a_stage_and_gives_the_corpus_stage
     table = build_table("cross-method", runs)
     assert [row[:4] for row in table.rows] == [["tinybert [gd-td]", "general-distillation", "teacher", "55.0 ± 1.4"]]
     assert "1 completed run(s) on a task with no column here, so in no row: tinybert/corpus/teacher-3l-192" in table.notes
+
+
+def test_a_teacher_record_is_named_as_the_stage_it_is_not_as_a_stray_run(tmp_path, run, runs_frame):
+    """A paper table's exported records include the teachers its cells read. They are inputs, not
+    runs that failed to find their row: the note says which stage each is, and still names a run
+    that really matches no row."""
+    import json
+
+    from kdbench.tables.building import STAGE_ROLES_FILE, _exported_roles
+
+    records = tmp_path / "records"
+    records.mkdir()
+    teacher = "finetune-rte-0c0dc24bac9b"
+    (records / STAGE_ROLES_FILE).write_text(json.dumps({teacher: "teacher"}))
+    _exported_roles.cache_clear()
+    runs = runs_frame(
+        run("finetune", "rte", {"acc": 59.2}, student="minilm-l6", run_dir=str(records / teacher)),
+        run("pkd", "rte", {"acc": 55.0}, student="teacher-3l", label="pkd-skip", teacher=f"/gone/{teacher}/model",
+            run_dir=str(records / "pkd-rte-000000000001"), method_params={"strategy": "skip"}),
+        run("kd", "sst2", {"acc": 80.0}, student="teacher-3l", run_dir=str(records / "kd-sst2-000000000002")),
+    )
+    notes = build_table("pkd-table2", runs).notes
+    assert "1 stage run(s) that this table's cells read, not rows of it: teacher: finetune/rte/minilm-l6" in notes
+    assert "1 completed run(s) match no row of this table: kd/sst2/teacher-3l" in notes

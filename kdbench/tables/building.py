@@ -236,20 +236,17 @@ def _notes(spec: TableSpec, runs, unmatched: list[int]) -> list[str]:
         strays = [i for i in unmatched if i not in stages]
         if stages:
             notes.append(f"{len(stages)} stage run(s) that this table's cells read, not rows of it: "
-                         + _run_names([runs.loc[i] for i in stages], roles=stages.values()))
+                         + _listing(f"{role}: {_describe_run(runs.loc[i])}" for i, role in stages.items()))
         if strays:
             notes.append(f"{len(strays)} completed run(s) match no row of this table: "
-                         + _run_names(runs.loc[i] for i in strays))
+                         + _listing(_describe_run(runs.loc[i]) for i in strays))
     return notes
 
 
-def _run_names(runs: Iterable[Mapping[str, Any]], shown: int = 8, roles: Iterable[str] | None = None) -> str:
-    """The distinct runs described for a footnote, the first ``shown`` of them in order; each
-    prefixed by its stage role when ``roles`` (one per run) is given."""
-    runs = list(runs)
-    prefixes = [f"{role}: " for role in roles] if roles is not None else [""] * len(runs)
-    names = sorted({prefix + _describe_run(run) for prefix, run in zip(prefixes, runs, strict=True)})
-    return ", ".join(names[:shown]) + (" ..." if len(names) > shown else "")
+def _listing(names: Iterable[str], shown: int = 8) -> str:
+    """The distinct ``names`` for a footnote, sorted, the first ``shown`` of them."""
+    distinct = sorted(set(names))
+    return ", ".join(distinct[:shown]) + (" ..." if len(distinct) > shown else "")
 
 
 def _student_name(run: Mapping[str, Any], field: str = "student") -> str:
@@ -271,12 +268,17 @@ def _model_role(run: Mapping[str, Any], field: str) -> str | None:
     role. Exported records name it in ``stage_roles.json`` beside them (read first, so a table of
     records renders the same on every machine); runs in a sweep folder, in the sweep's manifest.
     None for a model no stage made."""
+    model = run.get(field)
+    if not isinstance(model, str) or not model:
+        return None
+    return _stage_of(model, run.get("run_dir"))
+
+
+def _stage_of(model: str, record: Any) -> str | None:
+    """The sweep stage whose run folder holds ``model``, for a run recorded in folder ``record``."""
     from kdbench.fingerprint import kdbench_run_of
     from kdbench.sweep import stage_role
 
-    model, record = run.get(field), run.get("run_dir")
-    if not isinstance(model, str) or not model:
-        return None
     if isinstance(record, str) and record:
         file = Path(record).parent / STAGE_ROLES_FILE
         roles = _exported_roles(str(file), file.stat().st_mtime_ns) if file.is_file() else {}
@@ -293,7 +295,7 @@ def _own_role(run: Mapping[str, Any]) -> str | None:
     run_dir = run.get("run_dir")
     if not isinstance(run_dir, str) or not run_dir:
         return None
-    return _model_role({**run, "own_model": str(Path(run_dir) / RUN_MODEL_FOLDER)}, "own_model")
+    return _stage_of(str(Path(run_dir) / RUN_MODEL_FOLDER), run_dir)
 
 
 def _teacher_role(run: Mapping[str, Any]) -> str:
@@ -372,7 +374,7 @@ def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer) -> Tabl
         table.notes += unfinished_notes(runs)
     if len(without_column):
         table.notes.append(f"{len(without_column)} completed run(s) on a task with no column here, so in no row: "
-                           + _run_names(run for _, run in without_column.iterrows()))
+                           + _listing(_describe_run(run) for _, run in without_column.iterrows()))
     _note_selection(table)
     return table
 

@@ -27,8 +27,10 @@ paper reports GLUE test while runs report dev); ``columns``: a list of
 ``average``: ``header``, ``task``/``metric`` of the printed average and ``over`` (the headers of
 the columns it averages: the paper's own convention, see below); ``known_mismatches``: models whose
 printed average does *not* recompute from their printed cells, each with the reason (a test checks
-that exactly these rows disagree); ``rows``: a list of ``key``, ``model`` (the row label as printed,
-``null`` for rows the paper does not have), optional ``setting``, ``select`` and ``labels``.
+that exactly these rows disagree); ``relative_to``: a row key, for a paper that prints each row's
+*difference* from one row rather than its average (see below); ``rows``: a list of ``key``,
+``model`` (the CSV's model of the row, ``null`` for rows the paper does not have), optional
+``title`` (printed instead of a long CSV model description), ``setting``, ``select`` and ``labels``.
 
 How a run becomes a row (explicit, in this order)
 -------------------------------------------------
@@ -65,7 +67,11 @@ Spearman, MRPC F1). TinyBERT ablations -- mean of MNLI-m, MNLI-mm, MRPC (acc) an
 DistilBERT Table 1 -- "macro-score" over the 9 printed dev columns *including WNLI* with MNLI
 matched only (QQP acc, MRPC F1, STS-B Spearman). MobileBERT Table 4 -- the leaderboard GLUE score,
 which is not a mean of the row (``recompute: false``: neither recomputed from the paper's cells nor
-measured from ours, whose cell stays ``–``). BERT-PKD tables print no average.
+measured from ours, whose cell stays ``–``). DistilBERT Table 4 -- only each ablation's change
+of the 9-task macro-score from the triple loss with teacher initialisation (``relative_to``); ours
+is paired by seed: per seed, the mean over the columns both rows ran of (row - reference), then
+mean ± std over seeds, with a footnote naming the columns where they are fewer than the paper's
+nine. BERT-PKD tables print no average.
 """
 
 from __future__ import annotations

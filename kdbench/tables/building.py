@@ -12,7 +12,7 @@ from typing import Any
 
 from kdbench.tables.matching import assign_rows, canonical_method, normalise
 from kdbench.tables.published import PublishedValue, check_rows_exist, published_cell, read_published
-from kdbench.tables.specs import MAIN_METRICS, CrossMethodSpec, PaperAverage, TableError, TableSpec, load_spec
+from kdbench.tables.specs import MAIN_METRICS, CrossMethodSpec, PaperAverage, RowSpec, TableError, TableSpec, load_spec
 
 MISSING = "–"  # an en dash: never 0
 UNCERTAIN_MARK = "†"
@@ -25,30 +25,58 @@ class Measured:
     n: int  # seeds
     runs: int = 0  # runs behind the cell (> n: the best of several runs per seed was kept)
 
-    def format(self, decimals: int) -> str:
-        text = f"{self.mean:.{decimals}f}"
+    def format(self, decimals: int, signed: bool = False) -> str:
+        text = f"{self.mean:{'+' if signed else ''}.{decimals}f}"
         if self.std is not None:
             text += f" ± {self.std:.{decimals}f}"
         return text
 
 
-def aggregate(values: Sequence[tuple[Any, float]]) -> Measured | None:
-    """``(seed, value)`` pairs -> best value per seed, then mean and sample std over seeds."""
+def best_per_seed(values: Sequence[tuple[Any, float]]) -> dict[Any, float]:
+    """``(seed, value)`` pairs -> the best value per seed (None and NaN values dropped; a missing
+    seed is ``"?"``)."""
     per_seed: dict[Any, float] = {}
     for seed, value in values:
         if value is None or (isinstance(value, float) and math.isnan(value)):
             continue
         key = seed if seed is not None and not (isinstance(seed, float) and math.isnan(seed)) else "?"
         per_seed[key] = max(per_seed.get(key, -math.inf), float(value))
-    if not per_seed:
-        return None
-    numbers = list(per_seed.values())
-    runs = sum(1 for _, value in values if value is not None and not (isinstance(value, float) and math.isnan(value)))
+    return per_seed
+
+
+def _summary(numbers: Sequence[float], runs: int) -> Measured:
+    """Mean and sample std (None for one number)."""
     mean = sum(numbers) / len(numbers)
     if len(numbers) == 1:
         return Measured(mean, None, 1, runs)
     std = math.sqrt(sum((x - mean) ** 2 for x in numbers) / (len(numbers) - 1))
     return Measured(mean, std, len(numbers), runs)
+
+
+def aggregate(values: Sequence[tuple[Any, float]]) -> Measured | None:
+    """``(seed, value)`` pairs -> best value per seed, then mean and sample std over seeds."""
+    per_seed = best_per_seed(values)
+    if not per_seed:
+        return None
+    runs = sum(1 for _, value in values if value is not None and not (isinstance(value, float) and math.isnan(value)))
+    return _summary(list(per_seed.values()), runs)
+
+
+def paired_difference(row: Mapping[str, Mapping[Any, float]], reference: Mapping[str, Mapping[Any, float]],
+                      over: Sequence[str]) -> tuple[Measured | None, list[str]]:
+    """How much a row's average over columns ``over`` differs from a reference row's, paired by
+    seed: for each seed that both rows ran on every column they share, the mean over those columns
+    of (row - reference); then mean and sample std over those seeds. ``row`` and ``reference`` map a
+    column header to ``{seed: value}``. Returns the difference (None when no seed pairs up) and the
+    shared columns it averages."""
+    shared = [header for header in over if row.get(header) and reference.get(header)]
+    if not shared:
+        return None, []
+    seeds = set.intersection(*(set(row[h]) & set(reference[h]) for h in shared)) - {"?"}
+    if not seeds:
+        return None, shared
+    deltas = [sum(row[h][seed] - reference[h][seed] for h in shared) / len(shared) for seed in sorted(seeds, key=str)]
+    return _summary(deltas, len(deltas)), shared
 
 
 def _run_metric(run: Mapping[str, Any], alternatives: Sequence[tuple[str, str]]) -> float | None:
@@ -167,45 +195,100 @@ def build_table(name: str | TableSpec | CrossMethodSpec, runs: Any = None, *, la
 def _build_paper_table(spec: TableSpec, runs, measurer: Measurer) -> Table:
     check_rows_exist(spec)
     by_row, unmatched = assign_rows(spec, runs)
+    per_seed = {row.key: _row_per_seed(spec, row, [runs.loc[i] for i in by_row.get(row.key, [])], measurer)
+                for row in spec.rows}
     headers = [c.header for c in spec.columns] + ([spec.average.header] if spec.average else [])
     table = Table(spec.name, spec.title, ["Model", "Source", *headers], [])
+    partial: dict[str, list[str]] = {}  # row -> the columns its measured difference averages, when not all
     for row in spec.rows:
         if row.model is not None:
             cells = [_published_text(published_cell(spec, row, c.task, c.metric)) for c in spec.columns]
             if spec.average:
                 cells.append(_published_text(published_cell(spec, row, spec.average.task, spec.average.metric)))
             table.rows.append([row.display, "paper", *cells])
-        indices = by_row.get(row.key, [])
-        measured_cells: dict[str, Measured | None] = {}
+        cells = []
         for col in spec.columns:
-            pairs: list[tuple[Any, float]] = []
-            for i in indices:
-                run = runs.loc[i]
-                if col.measure:
-                    value = measurer.of_run(run).get(col.measure)
-                else:
-                    value = _run_metric(run, col.run) if col.run else None
-                if value is not None:
-                    pairs.append((run.get("seed"), value))
-            measured_cells[col.header] = aggregate(pairs)
-            if measured_cells[col.header] is not None:
-                table.measured[(row.display, col.header)] = measured_cells[col.header]
-        cells = [measured_cells[c.header].format(c.decimals) if measured_cells[c.header] else MISSING
-                 for c in spec.columns]
-        if spec.average:
-            parts = [measured_cells.get(h) for h in spec.average.over]
-            # recompute: false -- the paper's number (e.g. a leaderboard score) is not a mean of the
-            # row, so no mean of our cells may stand under its header.
-            if spec.average.recompute and parts and all(p is not None for p in parts):
-                avg = Measured(sum(p.mean for p in parts) / len(parts), None, min(p.n for p in parts))
-                table.measured[(row.display, spec.average.header)] = avg
-                cells.append(avg.format(1))
-            else:
-                cells.append(MISSING)
+            measured = per_seed[row.key][col.header].summary()
+            if measured is not None:
+                table.measured[(row.display, col.header)] = measured
+            cells.append(measured.format(col.decimals) if measured else MISSING)
+        if spec.average and spec.average.relative_to == row.key:
+            cells.append(REFERENCE)
+        elif spec.average:
+            average, over = _measured_average(spec, row, per_seed)
+            if average is not None:
+                table.measured[(row.display, spec.average.header)] = average
+                if len(over) < len(spec.average.over):
+                    partial[row.display] = over
+            cells.append(average.format(1, signed=spec.average.relative_to is not None) if average else MISSING)
         table.rows.append([row.display, "ours", *cells])
     table.notes.extend(_notes(spec, runs, unmatched))
+    if spec.average and spec.average.relative_to:
+        table.notes.append(_difference_note(spec, partial))
     _note_selection(table)
     return table
+
+
+REFERENCE = "ref"  # the row a difference column is measured from
+
+
+@dataclass(frozen=True)
+class _CellSeeds:
+    """One measured cell before it is summarised: the best value per seed, and the runs behind it."""
+
+    values: Mapping[Any, float]
+    runs: int
+
+    def summary(self) -> Measured | None:
+        return _summary(list(self.values.values()), self.runs) if self.values else None
+
+
+def _row_per_seed(spec: TableSpec, row: RowSpec, row_runs: Sequence[Mapping[str, Any]],
+                  measurer: Measurer) -> dict[str, _CellSeeds]:
+    """Column header -> the row's best value per seed in that column."""
+    out = {}
+    for col in spec.columns:
+        pairs: list[tuple[Any, float]] = []
+        for run in row_runs:
+            if col.measure:
+                value = measurer.of_run(run).get(col.measure)
+            else:
+                value = _run_metric(run, col.run) if col.run else None
+            if value is not None:
+                pairs.append((run.get("seed"), value))
+        runs = sum(1 for _, value in pairs if not (isinstance(value, float) and math.isnan(value)))
+        out[col.header] = _CellSeeds(best_per_seed(pairs), runs)
+    return out
+
+
+def _measured_average(spec: TableSpec, row: RowSpec,
+                      per_seed: Mapping[str, Mapping[str, _CellSeeds]]) -> tuple[Measured | None, list[str]]:
+    """The row's measured average cell and the columns it covers.
+
+    A plain average exists only when every ``over`` column was measured (recompute: false -- the
+    paper's number, e.g. a leaderboard score, is not a mean of the row -- never has one). A
+    difference (``relative_to``) is :func:`paired_difference` from the reference row over the
+    columns both rows measured."""
+    average = spec.average
+    mine = {header: cell.values for header, cell in per_seed[row.key].items()}
+    if average.relative_to is not None:
+        reference = {header: cell.values for header, cell in per_seed[average.relative_to].items()}
+        return paired_difference(mine, reference, average.over)
+    means = [per_seed[row.key][h].summary() for h in average.over]
+    if not average.recompute or not means or not all(means):
+        return None, []
+    return Measured(sum(m.mean for m in means) / len(means), None, min(m.n for m in means)), list(average.over)
+
+
+def _difference_note(spec: TableSpec, partial: Mapping[str, list[str]]) -> str:
+    average = spec.average
+    reference = next(r.display for r in spec.rows if r.key == average.relative_to)
+    note = (f"{average.header}: difference from {reference} ({REFERENCE}). paper: as printed; ours: for each seed, the "
+            f"mean over the columns both rows ran of (row {chr(8722)} {reference}), then mean ± std over seeds")
+    if partial:
+        note += ("; where a row ran fewer columns than the paper's average, ours covers only: "
+                 + "; ".join(f"{row}: {', '.join(columns)}" for row, columns in partial.items()))
+    return note
 
 
 def _note_selection(table: Table) -> None:

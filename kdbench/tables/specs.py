@@ -55,6 +55,14 @@ class AverageSpec:
     over: tuple[str, ...] = ()
     recompute: bool = True  # False: the printed number is not a mean of the row (leaderboard score)
     known_mismatches: Mapping[str, str] = field(default_factory=dict)  # model -> reason
+    # A row key: the column is each row's difference from that row's average (an ablation table
+    # that prints deltas, e.g. DistilBERT's Table 4), measured paired by seed.
+    relative_to: str | None = None
+
+    def check_combination(self) -> None:
+        if self.relative_to is not None and not self.recompute:
+            raise TableError(f"average {self.header!r}: relative_to {self.relative_to!r} needs recompute: true "
+                             "(a difference of averages is measured from the row's own cells)")
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,7 @@ class RowSpec:
     setting: str | None = None
     select: tuple[Mapping[str, Any], ...] = ()  # alternatives: the row takes a run that matches any
     labels: tuple[str, ...] = ()
+    title: str | None = None  # printed instead of ``model`` where the CSV's model is a long description
 
     def check_combination(self) -> None:
         if not all(self.select):
@@ -71,7 +80,7 @@ class RowSpec:
 
     @property
     def display(self) -> str:
-        return self.model or self.key
+        return self.title or self.model or self.key
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,8 @@ class TableSpec:
         keys = [r.key for r in self.rows]
         if len(set(keys)) != len(keys):
             raise TableError(f"duplicate row keys {keys}")
+        if self.average is not None and self.average.relative_to not in (None, *keys):
+            raise TableError(f"average.relative_to {self.average.relative_to!r} is not a row key {keys}")
 
 
 @dataclass(frozen=True)

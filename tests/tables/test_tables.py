@@ -16,7 +16,7 @@ from kdbench.tables import MISSING, TableError, build_table, load_spec, recomput
 SHARED_TABLES = Path(__file__).resolve().parents[3] / "shared" / "paper_tables"
 NAMED = ["tinybert-v5-table1", "tinybert-v5-table2", "tinybert-v5-table3", "tinybert-v5-table4",
          "tinybert-v5-table6", "mobilebert-table4", "mobilebert-table5", "mobilebert-table8", "mobilebert-table9",
-         "distilbert-table1", "distilbert-table1-early", "pkd-table1", "pkd-table2"]
+         "distilbert-table1", "distilbert-table1-early", "distilbert-table4", "pkd-table1", "pkd-table2"]
 
 
 def test_registry_lists_every_spec():
@@ -33,7 +33,8 @@ def test_renders_from_published_alone(name):
     paper_rows = [r for r in table.rows if r[1] == "paper"]
     ours_rows = [r for r in table.rows if r[1] == "ours"]
     assert len(paper_rows) == n_paper_rows and len(ours_rows) == len(spec.rows)
-    assert all(cell == MISSING for r in ours_rows for cell in r[2:])  # measured columns empty
+    blank = {MISSING} | ({"ref"} if spec.average and spec.average.relative_to else set())  # a delta's reference
+    assert all(cell in blank for r in ours_rows for cell in r[2:])  # measured columns empty
     # every printed cell is the CSV's value as printed (with † when uncertain); nothing becomes 0
     for row_spec, row in zip([r for r in spec.rows if r.model is not None], paper_rows):
         for col, cell in zip(spec.columns, row[2:]):
@@ -59,7 +60,9 @@ def test_tinybert_table1_known_cells():
     assert pkd6[table.header.index("CoLA")] == MISSING and pkd6[table.header.index("Avg")] == MISSING
 
 
-AVERAGED = [n for n in NAMED if load_spec(n).average is not None and load_spec(n).average.recompute]
+# (DistilBERT's Table 4 prints differences from a row whose task scores are not published: nothing to recompute)
+AVERAGED = [n for n in NAMED if load_spec(n).average is not None and load_spec(n).average.recompute
+            and load_spec(n).average.relative_to is None]
 
 
 @pytest.mark.parametrize("name", AVERAGED)
@@ -308,6 +311,46 @@ def test_upstream_selector_and_alternatives(run, runs_frame):
     assert "1 completed run(s) match no row" in notes and "finetune/sst2/mobilebert-6l-384" in notes
     bare = build_table("mobilebert-table9", runs)
     assert _cell(bare, "MobileBERT (bare)", "SST-2") == "73.3"
+
+
+def test_paired_difference_by_hand():
+    from kdbench.tables.building import paired_difference
+
+    row = {"A": {1: 10.0, 2: 14.0}, "B": {1: 50.0, 2: 52.0, 3: 99.0}, "C": {1: 7.0}}
+    reference = {"A": {1: 8.0, 2: 10.0}, "B": {1: 50.0, 2: 50.0, 3: 70.0}, "D": {1: 1.0}}
+    delta, columns = paired_difference(row, reference, ["A", "B", "C", "D"])
+    # only A and B were run by both; seed 3 lacks A: seed 1 -> (2 + 0) / 2 = 1, seed 2 -> (4 + 2) / 2 = 3
+    assert columns == ["A", "B"]
+    assert (delta.mean, delta.n) == (2.0, 2) and delta.std == pytest.approx(2 ** 0.5)
+    assert delta.format(2, signed=True) == "+2.00 ± 1.41"
+    assert paired_difference(row, {"A": {"?": 1.0}}, ["A"]) == (None, ["A"])  # unknown seeds never pair
+    assert paired_difference(row, {}, ["A"]) == (None, [])
+
+
+def test_distilbert_table4_prints_deltas_from_the_triple_loss(run, runs_frame):
+    scores = {"triple-loss": {1: (12.0, 55.0), 2: (14.0, 56.0)}, "wo-cos": {1: (9.0, 55.0), 2: (10.0, 53.0)}}
+    runs = runs_frame(*[run("finetune", task, {metric: value[i]}, seed=seed, label=label, student="/runs/x/model")
+                        for label, by_seed in scores.items() for seed, value in by_seed.items()
+                        for i, (task, metric) in enumerate((("cola", "mcc"), ("rte", "acc")))])
+    table = build_table("distilbert-table4", runs)
+    assert _cell(table, "triple loss + teacher init", "CoLA") == "13.0 ± 1.4"
+    assert _cell(table, "triple loss + teacher init", "Δ macro-score") == "ref"
+    # seed 1: (9 - 12 + 55 - 55) / 2 = -1.5; seed 2: (10 - 14 + 53 - 56) / 2 = -3.5
+    assert _cell(table, "w/o L_cos", "Δ macro-score") == "-2.5 ± 1.4"
+    assert _cell(table, "w/o L_cos", "Δ macro-score", source="paper") == "-1.46†"
+    assert _cell(table, "w/o L_mlm", "Δ macro-score") == MISSING
+    assert "w/o L_cos: CoLA, RTE" in " ".join(table.notes)  # ours covers 2 of the paper's 9 tasks
+
+
+def test_difference_column_must_name_a_row():
+    from kdbench.tables.specs import spec_from_mapping
+
+    spec = {"name": "t", "published": "distilbert_table4_ablation.csv", "columns": [{"header": "RTE", "run": "rte/acc"}],
+            "average": {"header": "Δ", "task": "GLUE", "metric": "delta_macro_score", "over": ["RTE"],
+                        "relative_to": "baseline"},
+            "rows": [{"key": "wo-cos"}]}
+    with pytest.raises(TableError, match="relative_to 'baseline' is not a row key"):
+        spec_from_mapping(spec, "t.yaml")
 
 
 def test_cross_method_rows_group_by_the_teachers_sweep_role_not_its_folder(tmp_path, run, runs_frame):

@@ -117,7 +117,7 @@ def run_states(runs_dir: Path) -> list[dict[str, Any]]:
     writes first): ``completed`` / ``failed`` / ``interrupted`` from its record, else ``running``
     (a live process holds its lock) or ``incomplete`` (killed; the same command resumes it), with the
     last checkpoint step and the folder's size."""
-    from kdbench.disk import checkpoints, folder_bytes
+    from kdbench.disk import STAGES_DIR, checkpoints, folder_bytes
 
     runs_dir = Path(runs_dir)
     if not runs_dir.is_dir():
@@ -137,7 +137,7 @@ def run_states(runs_dir: Path) -> list[dict[str, Any]]:
                 state, error = record.get("status", INCOMPLETE), record.get("error")
             except ValueError:
                 error = f"{record_path} is not valid JSON"
-        steps = [int(p.name.split("-")[1]) for stage in sorted((run_dir / "stages").glob("*"))
+        steps = [int(p.name.split("-")[1]) for stage in sorted((run_dir / STAGES_DIR).glob("*"))
                  for p in checkpoints(stage)]
         states.append({"run_dir": str(run_dir), "state": state, "error": error, "pid": pid,
                        "last_checkpoint_step": max(steps) if steps else None, "disk_bytes": folder_bytes(run_dir)})

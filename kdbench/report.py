@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from kdbench.config import ConfigError
+from kdbench.disk import STAGES_DIR
 
 LOSS_TERMS_FILE = "loss_terms.jsonl"  # the per-step contract of kdbench.engine.run_log
 SWEEP_MANIFEST = "sweep.json"
@@ -155,7 +156,7 @@ def read_curves(run_dir: Path) -> Curves:
             elif "loss" in entry:
                 curves.steps.setdefault(stage, []).append(entry)
         return curves
-    for stage_dir in sorted((run_dir / "stages").glob("*-*")) if (run_dir / "stages").is_dir() else []:
+    for stage_dir in sorted((run_dir / STAGES_DIR).glob("*-*")) if (run_dir / STAGES_DIR).is_dir() else []:
         states = sorted(stage_dir.glob("checkpoint-*/trainer_state.json"),
                         key=lambda p: int(p.parent.name.split("-")[-1]) if p.parent.name.split("-")[-1].isdigit() else -1)
         if not states:

@@ -25,7 +25,7 @@ from transformers.trainer_callback import ProgressCallback
 
 from kdbench.cache import TeacherCacheSession
 from kdbench.config import ConfigError, RunConfig, save_config
-from kdbench.disk import folder_bytes, human_bytes, prune_stage
+from kdbench.disk import STAGE_FINAL, STAGES_DIR, folder_bytes, human_bytes, prune_stage
 from kdbench.engine.checkpoints import last_complete_checkpoint, load_module, save_module
 from kdbench.engine.evaluation import evaluate_student
 from kdbench.engine.models import DistillationModule, training_device
@@ -213,10 +213,10 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
                tokenizer: Any, config: RunConfig, run_dir: Path,
                callbacks: Sequence[TrainerCallback] = (),
                teacher_cache: TeacherCacheSession | None = None, clock: RunClock | None = None) -> StageResult:
-    folder = run_dir / "stages" / f"{index}-{stage.name}"
+    folder = run_dir / STAGES_DIR / f"{index}-{stage.name}"
     done = folder / STAGE_DONE
     if done.is_file():
-        load_module(module, folder / "final")
+        load_module(module, folder / STAGE_FINAL)
         summary = json.loads(done.read_text())
         print(f"[kdbench] stage {stage.name} already finished; loaded its final weights", flush=True)
         return StageResult(**{**summary, "skipped": True})
@@ -269,7 +269,7 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
                          final_loss_terms={name: round(value, 6) for name, value in trainer.last_loss_terms.items()},
                          optimization=optimization.to_dict())
     if is_main_process():
-        save_module(module, folder / "final", tokenizer)
+        save_module(module, folder / STAGE_FINAL, tokenizer)
         write_json_atomic(done, result.__dict__)
         prune_stage(folder, config.train.keep_checkpoints)
     return result

@@ -29,6 +29,7 @@ a live forward, up to float rounding and the storage precision).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -47,6 +48,8 @@ CACHE_ENV = "KDBENCH_CACHE_DIR"
 EXAMPLE_INDEX = "kd_index"  # training-set column: the row's position in the cached arrays
 LENGTH_COLUMN = "length"  # training-set column read by Trainer's group_by_length sampler
 MANIFEST = "manifest.json"
+LAST_USED = ".last_used"  # touched when a stage reads the folder (``kdbench cache prune`` evicts the least recent)
+TOUCH_EVERY_SECONDS = 600.0  # how often a stage reading the folder refreshes LAST_USED
 FORMAT_VERSION = 2
 
 SMALL_FIELDS = ("logits", "start_logits", "end_logits")
@@ -140,6 +143,12 @@ class CacheKey:
 # ---------------------------------------------------------------------------------------------
 # Store
 # ---------------------------------------------------------------------------------------------
+def mark_used(folder: Path) -> None:
+    """Touch ``folder``'s LAST_USED marker (a folder removed meanwhile is left alone)."""
+    with contextlib.suppress(OSError):
+        (Path(folder) / LAST_USED).touch()
+
+
 @dataclass
 class TeacherOutputCache:
     """One content-addressed folder of teacher outputs."""
@@ -170,6 +179,10 @@ class TeacherOutputCache:
             raise ValueError(f"teacher cache file {self.folder / entry['file']} has shape {list(array.shape)}, "
                              f"manifest says {entry['shape']} (truncated write?)")
         return array
+
+    def mark_used(self) -> None:
+        """Record that a stage reads this folder now (the time ``kdbench cache`` lists and prunes by)."""
+        mark_used(self.folder)
 
     def write(self, arrays: Mapping[str, np.ndarray], seconds: float) -> None:
         """Add fields atomically: each array goes to a temporary file renamed into place, then the
@@ -373,6 +386,8 @@ class CachedTeacher:
     probs_wanted: bool = True
     num_layers: int = 0  # the teacher's: feature tuples keep its full indexing, None where not cached
     storage: str = "float16"
+    folder: Path | None = None  # the cache folder read, marked as used every TOUCH_EVERY_SECONDS
+    _touched: float = field(default_factory=time.monotonic)
 
     @classmethod
     def open(cls, cache: TeacherOutputCache, fields: tuple[str, ...], device: Any, probs_wanted: bool = True,
@@ -385,13 +400,17 @@ class CachedTeacher:
                 mapped[name] = cache.load(name, mmap=True)
             else:
                 tensors[name] = torch.from_numpy(cache.load(name)).to(device)
-        return cls(tensors, mapped, probs_wanted, num_layers, cache.key.storage)
+        cache.mark_used()
+        return cls(tensors, mapped, probs_wanted, num_layers, cache.key.storage, cache.folder)
 
     def features(self, index: Any, attention_mask: Any) -> Any:
         import torch
 
         from kdbench.features import Features
 
+        if self.folder is not None and time.monotonic() - self._touched > TOUCH_EVERY_SECONDS:
+            mark_used(self.folder)  # a stage of many hours stays "in use" for kdbench cache prune
+            self._touched = time.monotonic()
         length = attention_mask.shape[1]
         found: dict[str, Any] = {}
         for name, table in self.tensors.items():

@@ -38,6 +38,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "kdbench.reproduce",
     "kdbench.quickstart",
     "kdbench.disk",
+    "kdbench.cache_admin",
     "kdbench.migrate",
     "kdbench.model_card",
     "kdbench.report",

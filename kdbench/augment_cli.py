@@ -28,7 +28,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-DEFAULT_CACHE = Path(os.environ.get("KDBENCH_CACHE_DIR", "~/.cache/kdbench")).expanduser() / "augment"
+from kdbench.cache_paths import AUGMENTED_SETS, cache_dir
+
+DEFAULT_CACHE = cache_dir(AUGMENTED_SETS)
 
 
 def add_command(subparsers: Any) -> None:

@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kdbench.cache_paths import CACHE_ENV
+
 JOBS = ("kdbench", "textbrewer", "textbrewer-cache")
 
 
@@ -121,7 +123,7 @@ def job_command(options: WorkflowOptions, job: str, task: str, student: Path, ou
 
 def run_job(options: WorkflowOptions, job: str, task: str, student: Path, workdir: Path) -> dict[str, Any]:
     output = Path(tempfile.mkdtemp(prefix=f"{job}-{task}-", dir=workdir))
-    env = {**os.environ, "KDBENCH_CACHE_DIR": str(output / "teacher-cache")}  # cold cache: its pass is timed
+    env = {**os.environ, CACHE_ENV: str(output / "kdbench-cache")}  # cold caches: their passes are timed
     command = job_command(options, job, task, student, output)
     load = os.getloadavg()
     started = time.perf_counter()

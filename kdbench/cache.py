@@ -1,8 +1,8 @@
 """Content-addressed on-disk cache of teacher outputs.
 
 A teacher's outputs on a training set depend only on (teacher weights, tokenized dataset, maximum
-length, augmentation, precision). Their hash names a folder under ``$KDBENCH_CACHE_DIR`` (default
-``~/.cache/kdbench/teacher-outputs``); every run, stage, method and sweep cell that distils the same
+length, augmentation, precision). Their hash names a folder under ``$KDBENCH_CACHE_DIR/teacher-outputs``
+(default ``~/.cache/kdbench/teacher-outputs``); every run, stage, method and sweep cell that distils the same
 teacher on the same data reads the same folder, and any change of an input gives a new folder (an
 old one is never reused by mistake, and never rewritten in place).
 
@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
+from kdbench.cache_paths import CACHE_ENV, TEACHER_OUTPUTS, cache_dir  # noqa: F401 (CACHE_ENV: re-exported)
 from kdbench.config import ConfigError
 
-CACHE_ENV = "KDBENCH_CACHE_DIR"
 EXAMPLE_INDEX = "kd_index"  # training-set column: the row's position in the cached arrays
 LENGTH_COLUMN = "length"  # training-set column read by Trainer's group_by_length sampler
 MANIFEST = "manifest.json"
@@ -78,10 +78,7 @@ def large_fields(request: Any, num_layers: int) -> tuple[str, ...]:
 
 
 def default_cache_root() -> Path:
-    chosen = os.environ.get(CACHE_ENV)
-    if chosen:
-        return Path(chosen).expanduser()
-    return Path("~/.cache/kdbench/teacher-outputs").expanduser()
+    return cache_dir(TEACHER_OUTPUTS)
 
 
 # ---------------------------------------------------------------------------------------------

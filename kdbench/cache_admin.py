@@ -136,9 +136,10 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 
 def add_command(subparsers: Any) -> None:
-    cache = subparsers.add_parser("cache", help="list or prune the teacher-output cache ($KDBENCH_CACHE_DIR)")
+    cache = subparsers.add_parser("cache", help="list or prune the teacher-output cache ($KDBENCH_CACHE_DIR/teacher-outputs)")
     cache.add_argument("action", choices=("list", "prune"))
-    cache.add_argument("--root", help="the cache folder (default: $KDBENCH_CACHE_DIR or ~/.cache/kdbench/teacher-outputs)")
+    cache.add_argument("--root", help="the teacher-output cache folder "
+                                      "(default: $KDBENCH_CACHE_DIR/teacher-outputs, ~/.cache/kdbench/teacher-outputs)")
     cache.add_argument("--older-than", type=float, metavar="DAYS", help="prune: folders not used for DAYS days")
     cache.add_argument("--max-size", type=float, metavar="GB",
                        help="prune: then the least recently used until the cache fits GB gigabytes")

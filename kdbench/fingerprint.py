@@ -21,18 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kdbench.cache_paths import FINGERPRINTS, cache_dir
+
 # A kdbench run folder: "<method>-<task>-<12 hex digits of the identity hash>".
 IDENTITY_DIGITS = 12
 RUN_FOLDER = re.compile(rf"^[a-z0-9][a-z0-9_.-]*-[0-9a-f]{{{IDENTITY_DIGITS}}}$")
 RUN_MODEL_FOLDER = "model"
 MODEL_FILE_SUFFIXES = (".safetensors", ".bin", ".json", ".txt", ".model")
-FINGERPRINT_CACHE_ENV = "KDBENCH_CACHE_DIR"
 _CHUNK = 1 << 20
 
 
 def fingerprint_cache_dir() -> Path:
-    root = os.environ.get(FINGERPRINT_CACHE_ENV)
-    return (Path(root).expanduser() if root else Path("~/.cache/kdbench").expanduser()) / "fingerprints"
+    return cache_dir(FINGERPRINTS)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Test-wide settings: never touch the network, keep Hugging Face caches in a temporary folder."""
+"""Test-wide settings: never touch the network, keep Hugging Face's and kdbench's caches in temporary folders."""
 
 from __future__ import annotations
 
@@ -8,15 +8,17 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-if "HF_HOME" not in os.environ:
-    os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="kdbench-hf-home-")
-    atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
+for variable, prefix in (("HF_HOME", "kdbench-hf-home-"), ("KDBENCH_CACHE_DIR", "kdbench-cache-")):
+    if variable not in os.environ:  # never the user's own caches
+        os.environ[variable] = tempfile.mkdtemp(prefix=prefix)
+        atexit.register(shutil.rmtree, os.environ[variable], ignore_errors=True)
 
-import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("KDBENCH_DATA_DIR", REPO_ROOT.parent / "shared" / "data")).resolve()

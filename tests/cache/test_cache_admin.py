@@ -89,3 +89,17 @@ def test_a_stage_reading_the_cache_keeps_its_folder_marked(tmp_path, monkeypatch
     monkeypatch.setattr(C, "TOUCH_EVERY_SECONDS", 0.0)
     reader.features(torch.tensor([0, 1]), torch.ones(2, 4, dtype=torch.long))
     assert time.time() - marker.stat().st_mtime < HOUR
+
+
+def test_every_kdbench_cache_is_a_sub_folder_of_one_root(tmp_path, monkeypatch, capsys):
+    from kdbench.augment_cli import DEFAULT_CACHE
+    from kdbench.fingerprint import fingerprint_cache_dir
+
+    monkeypatch.setenv("KDBENCH_CACHE_DIR", str(tmp_path))
+    assert C.default_cache_root() == tmp_path / "teacher-outputs"
+    assert fingerprint_cache_dir() == tmp_path / "fingerprints"
+    assert DEFAULT_CACHE.name == "augment"  # read when the module loads: under the root of that moment
+    (tmp_path / "fingerprints").mkdir()
+    _write_cache(C.default_cache_root(), "t", 8, days_idle=40)
+    assert main(["cache", "prune", "--older-than", "30"]) == 0  # the other caches are not its folders
+    assert (tmp_path / "fingerprints").is_dir() and "removed 1 folder(s)" in capsys.readouterr().out

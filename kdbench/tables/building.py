@@ -16,6 +16,7 @@ from kdbench.tables.specs import MAIN_METRICS, CrossMethodSpec, PaperAverage, Ro
 
 MISSING = "–"  # an en dash: never 0
 UNCERTAIN_MARK = "†"
+REFERENCE = "ref"  # the row a difference column (``average.relative_to``) is measured from
 
 
 @dataclass(frozen=True)
@@ -53,13 +54,26 @@ def _summary(numbers: Sequence[float], runs: int) -> Measured:
     return Measured(mean, std, len(numbers), runs)
 
 
+@dataclass(frozen=True)
+class CellSeeds:
+    """One measured cell before it is summarised: the best value per seed, and the runs behind it."""
+
+    values: Mapping[Any, float]
+    runs: int
+
+    @classmethod
+    def of(cls, values: Sequence[tuple[Any, float]]) -> CellSeeds:
+        """From ``(seed, value)`` pairs (None and NaN values dropped)."""
+        runs = sum(1 for _, value in values if value is not None and not (isinstance(value, float) and math.isnan(value)))
+        return cls(best_per_seed(values), runs)
+
+    def summary(self) -> Measured | None:
+        return _summary(list(self.values.values()), self.runs) if self.values else None
+
+
 def aggregate(values: Sequence[tuple[Any, float]]) -> Measured | None:
     """``(seed, value)`` pairs -> best value per seed, then mean and sample std over seeds."""
-    per_seed = best_per_seed(values)
-    if not per_seed:
-        return None
-    runs = sum(1 for _, value in values if value is not None and not (isinstance(value, float) and math.isnan(value)))
-    return _summary(list(per_seed.values()), runs)
+    return CellSeeds.of(values).summary()
 
 
 def paired_difference(row: Mapping[str, Mapping[Any, float]], reference: Mapping[str, Mapping[Any, float]],
@@ -195,7 +209,7 @@ def build_table(name: str | TableSpec | CrossMethodSpec, runs: Any = None, *, la
 def _build_paper_table(spec: TableSpec, runs, measurer: Measurer) -> Table:
     check_rows_exist(spec)
     by_row, unmatched = assign_rows(spec, runs)
-    per_seed = {row.key: _row_per_seed(spec, row, [runs.loc[i] for i in by_row.get(row.key, [])], measurer)
+    per_seed = {row.key: _row_per_seed(spec, [runs.loc[i] for i in by_row.get(row.key, [])], measurer)
                 for row in spec.rows}
     headers = [c.header for c in spec.columns] + ([spec.average.header] if spec.average else [])
     table = Table(spec.name, spec.title, ["Model", "Source", *headers], [])
@@ -229,22 +243,7 @@ def _build_paper_table(spec: TableSpec, runs, measurer: Measurer) -> Table:
     return table
 
 
-REFERENCE = "ref"  # the row a difference column is measured from
-
-
-@dataclass(frozen=True)
-class _CellSeeds:
-    """One measured cell before it is summarised: the best value per seed, and the runs behind it."""
-
-    values: Mapping[Any, float]
-    runs: int
-
-    def summary(self) -> Measured | None:
-        return _summary(list(self.values.values()), self.runs) if self.values else None
-
-
-def _row_per_seed(spec: TableSpec, row: RowSpec, row_runs: Sequence[Mapping[str, Any]],
-                  measurer: Measurer) -> dict[str, _CellSeeds]:
+def _row_per_seed(spec: TableSpec, row_runs: Sequence[Mapping[str, Any]], measurer: Measurer) -> dict[str, CellSeeds]:
     """Column header -> the row's best value per seed in that column."""
     out = {}
     for col in spec.columns:
@@ -256,13 +255,12 @@ def _row_per_seed(spec: TableSpec, row: RowSpec, row_runs: Sequence[Mapping[str,
                 value = _run_metric(run, col.run) if col.run else None
             if value is not None:
                 pairs.append((run.get("seed"), value))
-        runs = sum(1 for _, value in pairs if not (isinstance(value, float) and math.isnan(value)))
-        out[col.header] = _CellSeeds(best_per_seed(pairs), runs)
+        out[col.header] = CellSeeds.of(pairs)
     return out
 
 
 def _measured_average(spec: TableSpec, row: RowSpec,
-                      per_seed: Mapping[str, Mapping[str, _CellSeeds]]) -> tuple[Measured | None, list[str]]:
+                      per_seed: Mapping[str, Mapping[str, CellSeeds]]) -> tuple[Measured | None, list[str]]:
     """The row's measured average cell and the columns it covers.
 
     A plain average exists only when every ``over`` column was measured (recompute: false -- the
@@ -284,7 +282,7 @@ def _difference_note(spec: TableSpec, partial: Mapping[str, list[str]]) -> str:
     average = spec.average
     reference = next(r.display for r in spec.rows if r.key == average.relative_to)
     note = (f"{average.header}: difference from {reference} ({REFERENCE}). paper: as printed; ours: for each seed, the "
-            f"mean over the columns both rows ran of (row {chr(8722)} {reference}), then mean ± std over seeds")
+            f"mean over the columns both rows ran of (row − {reference}), then mean ± std over seeds")
     if partial:
         note += ("; where a row ran fewer columns than the paper's average, ours covers only: "
                  + "; ".join(f"{row}: {', '.join(columns)}" for row, columns in partial.items()))

@@ -439,6 +439,7 @@ def prepare_cached_teacher(plan: CachePlan, cache: TeacherOutputCache, teacher: 
     """Fill the missing fields of ``plan`` (one teacher pass), then open them for lookup."""
     if plan.source != "cache":
         raise ConfigError(f"stage {plan.stage!r} does not read the teacher cache ({plan.reason})")
+    cache.mark_used()  # before a teacher pass of many minutes: prune must not take the folder meanwhile
     missing = tuple(name for name in plan.fields if not cache.has(name))
     plan.hit = not missing
     if missing:

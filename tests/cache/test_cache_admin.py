@@ -103,3 +103,20 @@ def test_every_kdbench_cache_is_a_sub_folder_of_one_root(tmp_path, monkeypatch, 
     _write_cache(C.default_cache_root(), "t", 8, days_idle=40)
     assert main(["cache", "prune", "--older-than", "30"]) == 0  # the other caches are not its folders
     assert (tmp_path / "fingerprints").is_dir() and "removed 1 folder(s)" in capsys.readouterr().out
+
+
+def test_a_stage_adding_fields_marks_the_folder_before_its_teacher_pass(tmp_path, monkeypatch):
+    cache = _write_cache(tmp_path, "t", 8, days_idle=40)  # an old folder; a new stage needs another field
+    marker = cache.folder / C.LAST_USED
+    seen = []
+
+    def teacher_pass(*args, **kwargs):  # what prune would see while the teacher runs
+        seen.append(time.time() - marker.stat().st_mtime)
+        return {"hidden_states.1": np.zeros((8, 4, 2), dtype=np.float16)}
+
+    monkeypatch.setattr(C, "compute_teacher_outputs", teacher_pass)
+    plan = C.CachePlan("intermediate", "cache", fields=("logits", "hidden_states.1"))
+    teacher = type("T", (), {"config": type("Config", (), {"num_hidden_layers": 2})()})()
+    C.prepare_cached_teacher(plan, cache, teacher, dataset=type("D", (), {"num_rows": 8})(), collate=None,
+                             batch_size=4, max_length=4, device=torch.device("cpu"))
+    assert seen and seen[0] < HOUR and not plan.hit

@@ -86,11 +86,17 @@ def paired_difference(row: Mapping[str, Mapping[Any, float]], reference: Mapping
     shared = [header for header in over if row.get(header) and reference.get(header)]
     if not shared:
         return None, []
+    from kdbench.claims import PairedDifference
+
     seeds = set.intersection(*(set(row[h]) & set(reference[h]) for h in shared)) - {"?"}
     if not seeds:
         return None, shared
-    deltas = [sum(row[h][seed] - reference[h][seed] for h in shared) / len(shared) for seed in sorted(seeds, key=str)]
-    return _summary(deltas, len(deltas)), shared
+
+    def average(cells: Mapping[str, Mapping[Any, float]]) -> dict[Any, float]:
+        return {seed: sum(cells[h][seed] for h in shared) / len(shared) for seed in seeds}
+
+    difference = PairedDifference.of(average(row), average(reference))
+    return Measured(difference.mean, difference.std, difference.n, difference.n), shared
 
 
 def _run_metric(run: Mapping[str, Any], alternatives: Sequence[tuple[str, str]]) -> float | None:

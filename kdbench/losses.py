@@ -520,20 +520,25 @@ def distilbert_mlm_distillation_loss(
     - ``mlm``: ``F.cross_entropy`` mean over positions with ``mlm_labels != -100``.
     - ``cos``: :func:`cosine_embedding_loss` on the last hidden layer over non-padding tokens.
 
-    Defaults are the DistilBERT run's α_ce 5, α_mlm 2, α_cos 1, T 2.
+    Defaults are the DistilBERT run's α_ce 5, α_mlm 2, α_cos 1, T 2. A term whose weight is 0 is neither
+    computed nor returned (the official distiller skips it the same way; its ablations set one weight to 0).
     """
     a_ce = _check_weight("alpha_ce", alpha_ce)
     a_mlm = _check_weight("alpha_mlm", alpha_mlm)
     a_cos = _check_weight("alpha_cos", alpha_cos)
-    mask = (mlm_labels != -100) if restrict_ce_to_mask else attention_mask.bool()
-    ce = kd_kl_loss(student_logits, teacher_logits, temperature, reduction="batchmean", mask=mask)
-    flat_labels = mlm_labels.reshape(-1)
-    mlm_sum = F.cross_entropy(
-        student_logits.reshape(-1, student_logits.shape[-1]), flat_labels, ignore_index=-100, reduction="sum"
-    )
-    mlm = mlm_sum / (flat_labels != -100).sum().clamp_min(1)  # mean over masked tokens; none -> 0
-    cos = cosine_embedding_loss(student_last_hidden, teacher_last_hidden, attention_mask)
-    return {"ce": a_ce * ce, "mlm": a_mlm * mlm, "cos": a_cos * cos}
+    terms: dict[str, Tensor] = {}
+    if a_ce > 0:
+        mask = (mlm_labels != -100) if restrict_ce_to_mask else attention_mask.bool()
+        terms["ce"] = a_ce * kd_kl_loss(student_logits, teacher_logits, temperature, reduction="batchmean", mask=mask)
+    if a_mlm > 0:
+        flat_labels = mlm_labels.reshape(-1)
+        mlm_sum = F.cross_entropy(
+            student_logits.reshape(-1, student_logits.shape[-1]), flat_labels, ignore_index=-100, reduction="sum"
+        )
+        terms["mlm"] = a_mlm * mlm_sum / (flat_labels != -100).sum().clamp_min(1)  # mean over masked; none -> 0
+    if a_cos > 0:
+        terms["cos"] = a_cos * cosine_embedding_loss(student_last_hidden, teacher_last_hidden, attention_mask)
+    return terms
 
 
 def distilbert_task_loss(

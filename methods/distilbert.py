@@ -267,12 +267,11 @@ class DistilBertPretrain(Method):
             attention = batch.get("attention_mask")
             if attention is None:
                 attention = torch.ones_like(batch["input_ids"])
-            terms = distilbert_mlm_distillation_loss(
+            return distilbert_mlm_distillation_loss(
                 student.logits, teacher.logits, batch["labels"], student.hidden_states[-1], teacher.hidden_states[-1],
                 attention, alpha_ce=p.alpha_ce, alpha_mlm=p.alpha_mlm, alpha_cos=p.alpha_cos,
                 temperature=p.temperature, restrict_ce_to_mask=p.restrict_ce_to_mask,
             )
-            return {name: value for name, value in terms.items() if getattr(p, f"alpha_{name}") > 0}
 
         groups = trainable_without_position_embeddings if p.freeze_position_embeddings else None
         return [Stage("distilbert-pretrain", loss, student_features=HIDDEN, teacher_features=HIDDEN,

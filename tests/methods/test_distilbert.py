@@ -70,6 +70,16 @@ def test_mlm_distillation_terms_by_hand() -> None:
     assert terms["cos"].item() == pytest.approx(((1 - SQRT_HALF) + 2.0) / 2, rel=1e-6)
 
 
+def test_mlm_distillation_zero_weight_term_is_left_out() -> None:
+    """Table 4's ablations: a term weighted 0 is not in the loss; the others keep their values."""
+    full = distilbert_mlm_distillation_loss(**mlm_example())
+    for dropped in ("ce", "mlm", "cos"):
+        terms = distilbert_mlm_distillation_loss(**mlm_example(), **{f"alpha_{dropped}": 0.0})
+        assert set(terms) == {"ce", "mlm", "cos"} - {dropped}
+        for name, value in terms.items():
+            assert value.item() == pytest.approx(full[name].item(), rel=1e-6)
+
+
 def test_mlm_distillation_ce_restricted_to_masked_tokens() -> None:
     terms = distilbert_mlm_distillation_loss(**mlm_example(), restrict_ce_to_mask=True)
     assert terms["ce"].item() == pytest.approx(5 * 4 * KL0 / 1, rel=1e-5)  # only token 0 is masked

@@ -4,6 +4,7 @@ that account for every run that does not appear in a cell."""
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -79,18 +80,31 @@ def aggregate(values: Sequence[tuple[Any, float]]) -> Measured | None:
 def paired_difference(row: Mapping[str, Mapping[Any, float]], reference: Mapping[str, Mapping[Any, float]],
                       over: Sequence[str]) -> tuple[Measured | None, list[str]]:
     """How much a row's average over columns ``over`` differs from a reference row's, paired by
-    seed: for each seed that both rows ran on every column they share, the mean over those columns
-    of (row - reference); then mean and sample std over those seeds. ``row`` and ``reference`` map a
-    column header to ``{seed: value}``. Returns the difference (None when no seed pairs up) and the
-    shared columns it averages."""
+    seed: for each seed that both rows ran on every chosen column, the mean over those columns of
+    (row - reference); then mean and sample std over those seeds. ``row`` and ``reference`` map a
+    column header to ``{seed: value}``.
+
+    The chosen columns are those of ``over`` both rows ran whose common seeds pair up the most
+    measurements (columns x seeds; ties go to more columns), so a column still running on one seed
+    does not shrink a difference measured on five seeds to that one. Returns the difference (None
+    when no seed pairs up) and the columns it averages (all shared columns when none pair up)."""
     shared = [header for header in over if row.get(header) and reference.get(header)]
     if not shared:
         return None, []
     from kdbench.claims import PairedDifference
 
-    seeds = set.intersection(*(set(row[h]) & set(reference[h]) for h in shared)) - {"?"}
+    paired = {h: (set(row[h]) & set(reference[h])) - {"?"} for h in shared}
+    best: tuple[int, int] = (0, 0)
+    chosen: list[str] = shared
+    seeds: set[Any] = set()
+    for size in range(1, len(shared) + 1):
+        for columns in itertools.combinations(shared, size):
+            common = set.intersection(*(paired[h] for h in columns))
+            if (len(common) * size, size) > best:
+                best, chosen, seeds = (len(common) * size, size), list(columns), common
     if not seeds:
         return None, shared
+    shared = chosen
 
     def average(cells: Mapping[str, Mapping[Any, float]]) -> dict[Any, float]:
         return {seed: sum(cells[h][seed] for h in shared) / len(shared) for seed in seeds}
@@ -288,9 +302,10 @@ def _difference_note(spec: TableSpec, partial: Mapping[str, list[str]]) -> str:
     average = spec.average
     reference = next(r.display for r in spec.rows if r.key == average.relative_to)
     note = (f"{average.header}: difference from {reference} ({REFERENCE}). paper: as printed; ours: for each seed, the "
-            f"mean over the columns both rows ran of (row − {reference}), then mean ± std over seeds")
+            f"mean over the columns both rows ran of (row − {reference}), then mean ± std over seeds (where a column "
+            "has fewer seeds than the others, the columns and seeds that pair up the most runs)")
     if partial:
-        note += ("; where a row ran fewer columns than the paper's average, ours covers only: "
+        note += ("; where ours covers fewer columns than the paper's average, it covers only: "
                  + "; ".join(f"{row}: {', '.join(columns)}" for row, columns in partial.items()))
     return note
 

@@ -323,6 +323,15 @@ def test_paired_difference_by_hand():
     assert columns == ["A", "B"]
     assert (delta.mean, delta.n) == (2.0, 2) and delta.std == pytest.approx(2 ** 0.5)
     assert delta.format(2, signed=True) == "+2.00 ± 1.41"
+    # a column run on one seed so far is left out rather than cutting A and B down to that seed:
+    # {A, B} pair 2 x 2 = 4 runs, {A, B, E} only 3 x 1
+    row["E"], reference["E"] = {1: 30.0}, {1: 0.0}
+    delta, columns = paired_difference(row, reference, ["A", "B", "E"])
+    assert columns == ["A", "B"] and (delta.mean, delta.n) == (2.0, 2)
+    # once E has both seeds, all three columns pair 3 x 2 = 6 runs: seed 1 -> (2 + 0 + 30) / 3, seed 2 -> (4 + 2 + 0) / 3
+    row["E"][2], reference["E"][2] = 5.0, 5.0
+    delta, columns = paired_difference(row, reference, ["A", "B", "E"])
+    assert columns == ["A", "B", "E"] and delta.mean == pytest.approx((32 / 3 + 6 / 3) / 2)
     assert paired_difference(row, {"A": {"?": 1.0}}, ["A"]) == (None, ["A"])  # unknown seeds never pair
     assert paired_difference(row, {}, ["A"]) == (None, [])
 

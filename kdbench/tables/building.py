@@ -93,24 +93,30 @@ def paired_difference(row: Mapping[str, Mapping[Any, float]], reference: Mapping
         return None, []
     from kdbench.claims import PairedDifference
 
-    paired = {h: (set(row[h]) & set(reference[h])) - {"?"} for h in shared}
-    best: tuple[int, int] = (0, 0)
-    chosen: list[str] = shared
-    seeds: set[Any] = set()
-    for size in range(1, len(shared) + 1):
-        for columns in itertools.combinations(shared, size):
-            common = set.intersection(*(paired[h] for h in columns))
-            if (len(common) * size, size) > best:
-                best, chosen, seeds = (len(common) * size, size), list(columns), common
+    columns, seeds = _most_paired_columns({h: (set(row[h]) & set(reference[h])) - {"?"} for h in shared})
     if not seeds:
         return None, shared
-    shared = chosen
 
     def average(cells: Mapping[str, Mapping[Any, float]]) -> dict[Any, float]:
-        return {seed: sum(cells[h][seed] for h in shared) / len(shared) for seed in seeds}
+        return {seed: sum(cells[h][seed] for h in columns) / len(columns) for seed in seeds}
 
     difference = PairedDifference.of(average(row), average(reference))
-    return Measured(difference.mean, difference.std, difference.n, difference.n), shared
+    return Measured(difference.mean, difference.std, difference.n, difference.n), columns
+
+
+def _most_paired_columns(paired_seeds: Mapping[str, set[Any]]) -> tuple[list[str], set[Any]]:
+    """The columns, and the seeds common to all of them, that pair up the most measurements
+    (columns x common seeds; ties go to more columns). Tables have at most a dozen columns, so every
+    subset is tried."""
+    best: tuple[int, int] = (0, 0)
+    chosen: tuple[list[str], set[Any]] = ([], set())
+    headers = list(paired_seeds)
+    for size in range(1, len(headers) + 1):
+        for columns in itertools.combinations(headers, size):
+            common = set.intersection(*(paired_seeds[h] for h in columns))
+            if (len(common) * size, size) > best:
+                best, chosen = (len(common) * size, size), (list(columns), common)
+    return chosen
 
 
 def _run_metric(run: Mapping[str, Any], alternatives: Sequence[tuple[str, str]]) -> float | None:

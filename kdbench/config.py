@@ -57,6 +57,9 @@ class TrainConfig:
     max_seq_length: int = constrained(128, ge=8, le=8192)
     seed: int = 42
     eval_steps: int | None = constrained(None, gt=0)  # None: evaluate at the end of every epoch
+    # The dev metric that picks a stage's best checkpoint; None: the task's main metric (TinyBERT's
+    # task_distill.py picks MRPC and QQP on accuracy, where the main metric is F1: select_metric=acc).
+    select_metric: str | None = constrained(None, non_empty=True)
     logging_steps: int = constrained(50, gt=0)
     precision: str = constrained("auto", choices=PRECISIONS)
     save_total_limit: int = constrained(2, ge=1)
@@ -159,6 +162,7 @@ STANDARD_KEYS: dict[str, str] = {
     "grad_accum": "train.grad_accum",
     "max_seq_length": "train.max_seq_length",
     "eval_steps": "train.eval_steps",
+    "select_metric": "train.select_metric",
     "logging_steps": "train.logging_steps",
     "precision": "train.precision",
     "checkpoint_minutes": "train.checkpoint_minutes",

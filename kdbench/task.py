@@ -30,6 +30,9 @@ class TaskSpec:
     head: HeadType
     main_metric: str  # the metric tuning maximises and tables report first
     label_names: tuple[str, ...] | None = None  # classification labels, by name, in head order
+    # The dev metrics a run may pick its best checkpoint on (train.select_metric), main metric
+    # included; () declares none, and then any name is taken as given.
+    selectable_metrics: tuple[str, ...] = ()
 
     @property
     def num_labels(self) -> int:

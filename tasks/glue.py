@@ -193,8 +193,11 @@ class GlueTask(Task):
     def __init__(self, spec: GlueSpec) -> None:
         self.glue = spec
         head = HeadType.REGRESSION if spec.label_names is None else HeadType.CLASSIFICATION
+        suffixes = [suffix for _, _, suffix in spec.dev] or [""]
         self.spec = TaskSpec(name=spec.name, head=head, main_metric=spec.main_metric,
-                             label_names=spec.label_names)
+                             label_names=spec.label_names,
+                             selectable_metrics=tuple(dict.fromkeys(
+                                 [spec.main_metric] + [metric + suffix for suffix in suffixes for metric in spec.metrics])))
 
     def __repr__(self) -> str:
         return f"GlueTask({self.glue.name!r})"

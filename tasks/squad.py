@@ -419,7 +419,8 @@ class SquadTask(Task):
     def __init__(self, version: SquadVersion, options: SquadOptions | None = None) -> None:
         self.squad = version
         self.options = options or SquadOptions()
-        self.spec = TaskSpec(name=version.name, head=HeadType.SPAN, main_metric="f1")
+        selectable = ("f1", "em", "best_f1", "best_em") if version.v2 else ("f1", "em")
+        self.spec = TaskSpec(name=version.name, head=HeadType.SPAN, main_metric="f1", selectable_metrics=selectable)
 
     def __repr__(self) -> str:
         return f"SquadTask({self.squad.name!r})"

@@ -96,6 +96,19 @@ def check_teacher_head(teacher: str, teacher_config: PretrainedConfig, spec: Tas
                           f"({', '.join(spec.label_names or ())}); {fix}")
 
 
+def check_select_metric(config: RunConfig, spec: TaskSpec) -> None:
+    """``train.select_metric`` must be a dev metric the task reports: an unknown name would only
+    fail at the first evaluation, after an epoch of training."""
+    chosen = config.train.select_metric
+    if chosen is None:
+        return
+    if spec.head is HeadType.MASKED_LM:
+        raise ConfigError(f"train.select_metric={chosen!r}: task {spec.name!r} has no dev metric to select on")
+    if spec.selectable_metrics and chosen not in spec.selectable_metrics:
+        raise ConfigError(f"train.select_metric={chosen!r} is not a dev metric of task {spec.name!r}; "
+                          f"choose one of {', '.join(spec.selectable_metrics)}")
+
+
 def position_limit(model_config: PretrainedConfig) -> int | None:
     """The longest input a model takes: ``max_position_embeddings`` (less RoBERTa's padding offset)."""
     limit = getattr(model_config, "max_position_embeddings", None)
@@ -152,6 +165,7 @@ def preflight(plan: RunPlan) -> DryRun:
     config, spec = plan.config, plan.task.spec
     check_output_folder(config)
     check_model_paths_exist(config)
+    check_select_metric(config, spec)
     teacher_config = None
     if config.teacher:
         teacher_config = load_model_config(config.teacher, "teacher", config.trust_remote_code)

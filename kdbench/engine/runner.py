@@ -229,8 +229,9 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
           f"{f', {world} processes' if world > 1 else ''})", flush=True)
     checkpoint = last_complete_checkpoint(folder)
     stage_clock = StageClock(folder, checkpoint, clock, is_main_process())  # seconds go on from the checkpoint's
-    args = training_arguments(config, stage, folder, task.spec.main_metric, has_eval=bool(eval_splits))
-    progress = StageProgress(stage.name, run_dir, task.spec.main_metric if args.load_best_model_at_end else None,
+    selection_metric = config.train.select_metric or task.spec.main_metric
+    args = training_arguments(config, stage, folder, selection_metric, has_eval=bool(eval_splits))
+    progress = StageProgress(stage.name, run_dir, selection_metric if args.load_best_model_at_end else None,
                              show_bar=is_main_process())
     trainer = DistillationTrainer(
         model=module,

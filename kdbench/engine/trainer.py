@@ -235,7 +235,10 @@ def stage_optimization(config: RunConfig, stage: Stage) -> ResolvedOptimization:
     return resolve_stage(stage, config.train)
 
 
-def training_arguments(config: RunConfig, stage: Stage, folder: Path, main_metric: str, has_eval: bool) -> TrainingArguments:
+def training_arguments(config: RunConfig, stage: Stage, folder: Path, selection_metric: str,
+                       has_eval: bool) -> TrainingArguments:
+    """The stage's Trainer arguments; a stage that selects a best model keeps the checkpoint with the
+    highest dev ``selection_metric``."""
     train = config.train
     optimization = stage_optimization(config, stage)
     precision = resolved_precision(config)
@@ -265,7 +268,7 @@ def training_arguments(config: RunConfig, stage: Stage, folder: Path, main_metri
         save_steps=train.eval_steps,
         save_total_limit=train.save_total_limit,
         load_best_model_at_end=evaluate_now,
-        metric_for_best_model=f"eval_{main_metric}" if evaluate_now else None,
+        metric_for_best_model=f"eval_{selection_metric}" if evaluate_now else None,
         greater_is_better=True,
         logging_steps=train.logging_steps,
         logging_nan_inf_filter=False,

@@ -137,3 +137,29 @@ def test_finetune_on_a_corpus_trains_a_masked_lm(tiny_teacher, tmp_path, capsys)
     assert record["status"] == "completed" and record["metrics"] == {}
     assert record["stages"][0]["steps"] == 4
     assert AutoModelForMaskedLM.from_pretrained(Path(out[-1], "model")).config.architectures == ["BertForMaskedLM"]
+
+
+def test_select_metric_keeps_the_checkpoint_best_on_that_metric(tiny_teacher, shared_data, tmp_path, capsys):
+    # MRPC's main metric is F1; TinyBERT's script keeps the epoch with the best accuracy instead.
+    code, out = run_cli(["run", "finetune", "--task", "mrpc", "--student", str(tiny_teacher), "--data-dir",
+                         str(shared_data / "glue_data"), "--output", str(tmp_path), *SMALL, "epochs=3",
+                         "select_metric=acc"], capsys)
+    assert code == 0
+    run_dir = Path(out[-1])
+    record = json.loads((run_dir / "result.json").read_text())
+    evals = [json.loads(line)["eval"] for line in (run_dir / "loss_terms.jsonl").read_text().splitlines()
+             if '"eval"' in line]
+    assert len(evals) == 3
+    best = max(evals, key=lambda scores: scores["acc"])  # the first of equals, as the Trainer keeps it
+    assert record["stages"][0]["metrics"] == {"eval_acc": best["acc"]}
+    assert record["metrics"]["acc"] == best["acc"] and record["metrics"]["f1"] == best["f1"]
+    assert record["config"]["train"]["select_metric"] == "acc"
+
+
+def test_select_metric_must_be_a_dev_metric_of_the_task(tiny_teacher, tmp_path, capsys):
+    code = main(["run", "finetune", "--task", "mrpc", "--student", str(tiny_teacher), "--output", str(tmp_path),
+                 "select_metric=spearman"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "select_metric='spearman'" in err[0] and "mrpc" in err[0] and "f1, acc" in err[0]
+    assert not any(tmp_path.iterdir())

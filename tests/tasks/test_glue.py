@@ -110,6 +110,10 @@ def test_mnli_matched_and_mismatched(tmp_path: Path, tokenizer) -> None:
     assert MNLI.score(splits[0], {"logits": np.eye(3)[np.asarray(splits[0].features["labels"])]}) == {"acc": 100.0}
     assert MNLI.score(splits[1], {"logits": logits}) == {"acc_mm": pytest.approx(100 * 32 / 33)}
     assert MNLI_MM.spec.main_metric == "acc_mm"
+    # every metric the two splits report can pick the best checkpoint (train.select_metric), main one first
+    assert MNLI.spec.selectable_metrics == ("acc", "acc_mm") and MNLI_MM.spec.selectable_metrics == ("acc_mm", "acc")
+    assert (MRPC.spec.selectable_metrics, QQP.spec.selectable_metrics) == (("f1", "acc"), ("f1", "acc"))
+    assert STSB.spec.selectable_metrics == ("spearman", "pearson")
     assert MNLI.load_rows("train", _run(root)).labels[:3] == ["entailment", "neutral", "contradiction"]
     assert len(MNLI.encode_train(tokenizer, _run(root))) == 96
 

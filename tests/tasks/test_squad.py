@@ -70,6 +70,9 @@ def test_v2_metrics_hasans_noans_and_best_threshold() -> None:
     assert r["best_f1"] == pytest.approx(100 * (1 + 1 + 2 / 3 + 1) / 4) and r["best_f1_thresh"] == 0.5
     r2 = M.squad_v2(golds, preds, na, 0.6, has_answer=has)
     assert r2["exact"] == 75.0
+    # the metrics a run may keep its best checkpoint on (train.select_metric) are ones the scores carry
+    assert SQUAD_V2.spec.selectable_metrics == ("f1", "em", "best_f1", "best_em") and set(r) >= {"em", "best_em"}
+    assert SQUAD_V1.spec.selectable_metrics == ("f1", "em")
 
 
 def test_doc_windows_and_max_context_follow_bert() -> None:

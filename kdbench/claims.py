@@ -108,10 +108,17 @@ class Claim:
     worse: str
 
 
-def scores_by_row(records: Any) -> dict[tuple[str, str], dict[Any, float]]:
-    """``{(row label, task): {seed: main dev metric}}`` of the completed runs of a records frame."""
+def claim_metric(task: str, metrics: Mapping[str, str] | None = None) -> str:
+    """The dev metric a claim on ``task`` compares: ``metrics[task]`` (the one the paper's table
+    prints, e.g. accuracy for MRPC in TinyBERT's ablation tables), else the task's main metric."""
     from kdbench.plugins import TASKS
 
+    return (metrics or {}).get(task) or TASKS.get(task).spec.main_metric
+
+
+def scores_by_row(records: Any, metrics: Mapping[str, str] | None = None) -> dict[tuple[str, str], dict[Any, float]]:
+    """``{(row label, task): {seed: dev metric}}`` of the completed runs of a records frame, on each
+    task's :func:`claim_metric`."""
     scores: dict[tuple[str, str], dict[Any, float]] = {}
     if records is None or len(records) == 0:
         return scores
@@ -119,8 +126,7 @@ def scores_by_row(records: Any) -> dict[tuple[str, str], dict[Any, float]]:
         label = run.get("label")
         if run.get("status") != "completed" or not isinstance(label, str):
             continue
-        metric = TASKS.get(run["task"]).spec.main_metric
-        value = run.get(f"metric.{metric}")
+        value = run.get(f"metric.{claim_metric(run['task'], metrics)}")
         if value is None or (isinstance(value, float) and math.isnan(value)):
             continue
         scores.setdefault((label, run["task"]), {})[int(run["seed"])] = float(value)
@@ -143,12 +149,14 @@ def teacher_weights_by_row(records: Any) -> dict[tuple[str, str], set[str]]:
 
 
 def claims_table(claims: Sequence[Claim], records: Any, tasks: Sequence[str],
-                 applies: Callable[[Claim, str], bool] | None = None) -> str:
-    """Markdown: one line per claim and task, with both rows' mean ± std and the paired verdict;
-    ``applies(claim, task)`` leaves out the tasks a claim's rows do not run on (default: none)."""
-    scores, teachers = scores_by_row(records), teacher_weights_by_row(records)
-    lines = ["| paper | claim | task | better row | worse row | difference (paired) | verdict |",
-             "|---|---|---|---|---|---|---|"]
+                 applies: Callable[[Claim, str], bool] | None = None,
+                 metrics: Mapping[str, str] | None = None) -> str:
+    """Markdown: one line per claim and task, with both rows' mean ± std and the paired verdict on
+    the task's :func:`claim_metric` (``metrics``: task -> the paper's metric where it is not the main
+    one); ``applies(claim, task)`` leaves out the tasks a claim's rows do not run on (default: none)."""
+    scores, teachers = scores_by_row(records, metrics), teacher_weights_by_row(records)
+    lines = ["| paper | claim | task | metric | better row | worse row | difference (paired) | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
     for claim in claims:
         for task in tasks:
             if applies is not None and not applies(claim, task):
@@ -157,7 +165,8 @@ def claims_table(claims: Sequence[Claim], records: Any, tasks: Sequence[str],
             difference = PairedDifference.of(better, worse)
             read = teachers.get((claim.better, task), set()) | teachers.get((claim.worse, task), set())
             verdict = TEACHERS_DIFFER if len(read) > 1 and difference.n > 0 else difference.verdict
-            lines.append(f"| {claim.paper} | {claim.statement} | {task} | {claim.better} {_mean_std(better)} | "
+            lines.append(f"| {claim.paper} | {claim.statement} | {task} | {claim_metric(task, metrics)} | "
+                         f"{claim.better} {_mean_std(better)} | "
                          f"{claim.worse} {_mean_std(worse)} | {_difference(difference)} | {verdict} |")
     return "\n".join(lines)
 

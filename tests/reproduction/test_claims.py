@@ -42,9 +42,25 @@ def test_claims_table_reads_the_main_metric_of_completed_runs_by_row_label():
     table = claims_table([Claim("Hinton", "KD beats fine-tuning", "kd-3l", "finetune-3l")], records, ["mrpc", "rte"])
     lines = table.splitlines()
     # f1 (MRPC's main metric), not acc; the failed seed-4 run is left out. Differences 1.0, 1.5, 1.0.
-    assert lines[2] == ("| Hinton | KD beats fine-tuning | mrpc | kd-3l 86.50 ± 0.50 (3 seeds) | finetune-3l 85.33 ± 0.29 "
+    assert lines[2] == ("| Hinton | KD beats fine-tuning | mrpc | f1 | kd-3l 86.50 ± 0.50 (3 seeds) | finetune-3l 85.33 ± 0.29 "
                         "(3 seeds) | +1.17 ± 0.29 (se 0.17) | holds |")
-    assert lines[3] == ("| Hinton | KD beats fine-tuning | rte | kd-3l (not run) | finetune-3l (not run) | – | not run |")
+    assert lines[3] == ("| Hinton | KD beats fine-tuning | rte | acc | kd-3l (not run) | finetune-3l (not run) | – | not run |")
+
+
+def test_a_claim_is_tested_on_the_metric_the_papers_table_prints():
+    """TinyBERT's and MobileBERT's ablation tables print MRPC's accuracy: the verdict follows it, and
+    here F1 and accuracy disagree on the direction."""
+    f1 = {("td", 1): 77.0, ("td", 2): 78.0, ("td", 3): 76.0, ("kd", 1): 81.2, ("kd", 2): 81.2, ("kd", 3): 81.2}
+    acc = {("td", 1): 70.0, ("td", 2): 71.0, ("td", 3): 70.5, ("kd", 1): 68.4, ("kd", 2): 68.4, ("kd", 3): 68.4}
+    records = pd.DataFrame([{"label": label, "task": "mrpc", "seed": seed, "status": "completed",
+                             "metric.f1": f1[label, seed], "metric.acc": acc[label, seed]} for label, seed in f1])
+    claim = [Claim("TinyBERT", "TD beats KD", "td", "kd")]
+    on_f1 = claims_table(claim, records, ["mrpc"]).splitlines()[2]
+    on_acc = claims_table(claim, records, ["mrpc"], metrics={"mrpc": "acc"}).splitlines()[2]
+    assert on_f1.endswith("| mrpc | f1 | td 77.00 ± 1.00 (3 seeds) | kd 81.20 ± 0.00 (3 seeds) | -4.20 ± 1.00 (se 0.58) "
+                          "| reversed |")
+    assert on_acc.endswith("| mrpc | acc | td 70.50 ± 0.50 (3 seeds) | kd 68.40 ± 0.00 (3 seeds) | +2.10 ± 0.50 (se 0.29) "
+                           "| holds |")
 
 
 def test_a_claim_over_runs_that_read_different_teacher_weights_gets_no_verdict():

@@ -232,6 +232,17 @@ def test_claims_leave_out_the_tasks_one_of_their_rows_does_not_run_on(tmp_path):
     assert "| PKD-skip beats PKD-last (Table 2) | rte |" in text
 
 
+def test_claims_compare_the_metric_the_papers_table_prints():
+    """TinyBERT's Tables 2-4 and MobileBERT's Tables 8-9 print MRPC's accuracy, BERT-PKD's Table 2 its
+    F1 first; the cross-method table (our own layout) falls back to each task's main metric."""
+    from kdbench.reproduce import paper_metrics
+
+    assert [paper_metrics(t)["mrpc"] for t in ("tinybert-procedures", "tinybert-objectives", "tinybert-mappings",
+                                               "mobilebert-strategies", "mobilebert-objectives")] == ["acc"] * 5
+    assert (paper_metrics("pkd-skip-last")["mrpc"], paper_metrics("distilbert-ablation")["stsb"]) == ("f1", "spearman")
+    assert paper_metrics("cross-method") == {}
+
+
 def test_measurer_reads_architectures_from_exported_records_when_run_folders_are_gone(tmp_path):
     """A table re-rendered on another machine measures the student from its record's model/config.json
     and finds the teacher (for the W_h projection of a narrower student) in the teacher's record."""

@@ -187,17 +187,20 @@ class _Rows:
     skipped: int = 0
 
 
+def _dev_metric_names(spec: GlueSpec) -> tuple[str, ...]:
+    """Every metric the task's dev splits report (MNLI's mismatched split adds ``_mm``), main one first."""
+    suffixes = [suffix for _, _, suffix in spec.dev] or [""]
+    return tuple(dict.fromkeys([spec.main_metric, *(metric + suffix for suffix in suffixes for metric in spec.metrics)]))
+
+
 class GlueTask(Task):
     """A GLUE task parametrised by a :class:`GlueSpec`."""
 
     def __init__(self, spec: GlueSpec) -> None:
         self.glue = spec
         head = HeadType.REGRESSION if spec.label_names is None else HeadType.CLASSIFICATION
-        suffixes = [suffix for _, _, suffix in spec.dev] or [""]
         self.spec = TaskSpec(name=spec.name, head=head, main_metric=spec.main_metric,
-                             label_names=spec.label_names,
-                             selectable_metrics=tuple(dict.fromkeys(
-                                 [spec.main_metric] + [metric + suffix for suffix in suffixes for metric in spec.metrics])))
+                             label_names=spec.label_names, selectable_metrics=_dev_metric_names(spec))
 
     def __repr__(self) -> str:
         return f"GlueTask({self.glue.name!r})"

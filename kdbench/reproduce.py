@@ -525,6 +525,12 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
             continue
         target = destination / run.run_dir.name
         conflict = _other_training(run.run_dir / "result.json", target / "result.json")
+        same_weights = conflict and _same_weights(run.run_dir / "result.json", target / "result.json")
+        if same_weights:
+            print(f"[kdbench reproduce] kept {target}: a new training of it wrote the same weights "
+                  f"(sha256 {same_weights[:12]}), so records that read either agree; nothing to rerun",
+                  file=sys.stderr, flush=True)
+            continue
         if conflict and not supersede:
             print(f"[kdbench reproduce] kept {target}: {conflict}; --supersede-records replaces it (rerun every "
                   "record that read its model)", file=sys.stderr, flush=True)
@@ -576,6 +582,15 @@ def _other_training(new: Path, kept: Path) -> str | None:
         return None
     return (f"it holds a completed run created {old.get('created_at')} (metrics {old.get('metrics')}), "
             f"this one was created {fresh.get('created_at')} (metrics {fresh.get('metrics')})")
+
+
+def _same_weights(new: Path, kept: Path) -> str | None:
+    """The sha256 of the weights both records wrote, when both name them and they are equal (a
+    deterministic retraining: same code, libraries and thread count); else None."""
+    import json
+
+    written = [(json.loads(path.read_text()).get("weights_sha256") or {}).get("model") for path in (new, kept)]
+    return written[0] if written[0] and written[0] == written[1] else None
 
 
 def render(table: str, records: Path, out: Path) -> Path:

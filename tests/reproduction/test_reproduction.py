@@ -341,6 +341,38 @@ def test_export_keeps_a_committed_record_of_another_training_unless_superseded(t
     assert export_records(spec_path, output, records) == [records / run_dir.name]
 
 
+def test_export_says_a_retraining_with_the_same_weights_needs_no_rerun(tmp_path, capsys):
+    """A deterministic retraining (same code, libraries, threads) writes bit-identical weights: the
+    committed record stays, and the message says so instead of asking to rerun what read it. Weights
+    that differ in one digest keep the warning."""
+    import json
+
+    from kdbench.reproduce import export_records, write_selection
+    from kdbench.sweep import expand, load_spec
+
+    output = tmp_path / "runs"
+    spec_path = write_selection(SPEC_FOLDER / "cross-method.yaml", ["teacher-cola"], output)
+    run_dir = expand(load_spec(spec_path), output=output).runs["teacher-cola"].run_dir
+    run_dir.mkdir(parents=True)
+    records = tmp_path / "records"
+    _mkdirs(records / run_dir.name)
+    committed = {"status": "completed", "created_at": "2026-11-26T22:14:37+0000", "metrics": {"mcc": 26.37},
+                 "weights_sha256": {"model": "0acd2fc0" + "0" * 56}}
+    (records / run_dir.name / "result.json").write_text(json.dumps(committed))
+
+    retrained = {**committed, "created_at": "2026-11-27T15:09:00+0000"}
+    (run_dir / "result.json").write_text(json.dumps(retrained))
+    assert export_records(spec_path, output, records) == []
+    message = capsys.readouterr().err
+    assert "wrote the same weights (sha256 0acd2fc00000)" in message and "nothing to rerun" in message
+    assert json.loads((records / run_dir.name / "result.json").read_text())["created_at"] == committed["created_at"]
+
+    retrained["weights_sha256"] = {"model": "0acd2fc1" + "0" * 56}
+    (run_dir / "result.json").write_text(json.dumps(retrained))
+    assert export_records(spec_path, output, records) == []
+    assert "rerun every record that read its model" in capsys.readouterr().err
+
+
 def test_a_teacher_stage_plays_one_role_across_tasks():
     from kdbench.reproduce import stage_role_name
 

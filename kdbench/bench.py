@@ -178,14 +178,9 @@ def machine_description() -> dict[str, Any]:
     import torch
     import transformers
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from kdbench.records import cpu_model
+
+    cpu = cpu_model()
     try:
         load = os.getloadavg()
     except OSError:

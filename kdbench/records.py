@@ -194,6 +194,30 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo`` on Linux), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def compute_environment() -> dict[str, Any]:
+    """What besides code, data and library versions decides a run's floating-point results: the
+    processor and the kernels torch picks for it, the number of threads that split each reduction,
+    and the GPU. Two CPU trainings agree bit for bit only where these agree too (the study's CoLA
+    teacher did across machines; its MRPC teacher, rebuilt on another machine, agreed in its metrics
+    but not in its weights' last bits)."""
+    import torch
+
+    return {"cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "torch_threads": torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
 # The parts of a source checkout that decide what a run computes. Uncommitted edits elsewhere
 # (re-rendered tables and records under results/, docs, tests) leave a run's numbers unchanged, and a
 # study that exports records into its own checkout would otherwise mark every later run dirty.

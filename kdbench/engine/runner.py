@@ -39,8 +39,8 @@ from kdbench.errors import DataError, TrainingOutOfMemoryError, is_out_of_memory
 from kdbench.fingerprint import content_digest, local_models_read
 from kdbench.method import Stage
 from kdbench.model_card import write_model_card
-from kdbench.records import (INTERRUPTED, RESULT_FILE, SCHEMA_VERSION, kdbench_revision, library_versions,
-                             read_record, run_lock, write_json_atomic)
+from kdbench.records import (INTERRUPTED, RESULT_FILE, SCHEMA_VERSION, compute_environment, kdbench_revision,
+                             library_versions, read_record, run_lock, write_json_atomic)
 from kdbench.registry import UnknownNameError
 from kdbench.students import count_parameters
 from kdbench.task import EncodedSplit, Task
@@ -113,6 +113,7 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback], fresh: boo
         "config": plan.config.to_dict(),
         "seed": plan.config.train.seed,
         "versions": library_versions(),
+        "machine": compute_environment(),
         "kdbench_revision": kdbench_revision(),
         "inputs": plan.inputs,
         # the content of every local model read (a teacher run's folder is named by its config only)

@@ -150,6 +150,12 @@ def test_stored_and_printed_paths_are_absolute(tiny_teacher, shared_data, tmp_pa
     monkeypatch.chdir(elsewhere)
     assert plan_run(build_run_config(saved)).run_dir == run_dir
     assert record["kdbench_revision"].keys() == {"commit", "dirty"}
+    # what a bit-identical rerun also needs: the processor's kernels and the thread count
+    import torch
+
+    assert record["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert record["machine"]["torch_threads"] == torch.get_num_threads()
+    assert record["machine"]["cpu"] and record["machine"]["gpu"] is None
 
 
 @pytest.mark.parametrize("name", ["bert-base-uncased", "teacher-3l"])

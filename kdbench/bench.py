@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kdbench.optimization import resolve_stage
+from kdbench.records import cpu_model
 
 DEFAULT_METHODS = ("finetune", "kd", "tinybert", "pkd", "distilbert", "mobilebert")
 
@@ -177,8 +178,6 @@ def machine_description() -> dict[str, Any]:
 
     import torch
     import transformers
-
-    from kdbench.records import cpu_model
 
     cpu = cpu_model()
     try:

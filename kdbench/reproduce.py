@@ -513,6 +513,7 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
     A completed record already there from another training of the same config (another machine or
     session: a different ``created_at``) is kept, and named on standard error, unless ``supersede``:
     records that read its model were trained on its weights, which a new training need not repeat."""
+    import json
     import shutil
     import sys
 
@@ -524,8 +525,11 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
         if not (run.run_dir / "result.json").is_file():
             continue
         target = destination / run.run_dir.name
-        conflict = _other_training(run.run_dir / "result.json", target / "result.json")
-        same_weights = conflict and _same_weights(run.run_dir / "result.json", target / "result.json")
+        fresh = json.loads((run.run_dir / "result.json").read_text())
+        kept = target / "result.json"
+        committed = json.loads(kept.read_text()) if kept.is_file() else None
+        conflict = _other_training(fresh, committed)
+        same_weights = conflict and _same_weights(fresh, committed)
         if same_weights:
             print(f"[kdbench reproduce] kept {target}: a new training of it wrote the same weights "
                   f"(sha256 {same_weights[:12]}), so records that read either agree; nothing to rerun",
@@ -570,26 +574,21 @@ def _write_stage_roles(destination: Path, roles: dict[str, str]) -> None:
         path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")
 
 
-def _other_training(new: Path, kept: Path) -> str | None:
-    """Why the completed record ``kept`` is another training than ``new``; None when it is the same
-    run (or ``kept`` is absent or unfinished, so the new one may replace it)."""
-    import json
-
-    if not kept.is_file():
+def _other_training(fresh: dict[str, Any], old: dict[str, Any] | None) -> str | None:
+    """Why the completed record ``old`` is another training than ``fresh``; None when it is the same
+    run (or ``old`` is absent or unfinished, so the new one may replace it)."""
+    if old is None:
         return None
-    old, fresh = json.loads(kept.read_text()), json.loads(new.read_text())
     if old.get("status") != "completed" or old.get("created_at") == fresh.get("created_at"):
         return None
     return (f"it holds a completed run created {old.get('created_at')} (metrics {old.get('metrics')}), "
             f"this one was created {fresh.get('created_at')} (metrics {fresh.get('metrics')})")
 
 
-def _same_weights(new: Path, kept: Path) -> str | None:
+def _same_weights(fresh: dict[str, Any], old: dict[str, Any]) -> str | None:
     """The sha256 of the weights both records wrote, when both name them and they are equal (a
     deterministic retraining: same code, libraries and thread count); else None."""
-    import json
-
-    written = [(json.loads(path.read_text()).get("weights_sha256") or {}).get("model") for path in (new, kept)]
+    written = [(record.get("weights_sha256") or {}).get("model") for record in (fresh, old)]
     return written[0] if written[0] and written[0] == written[1] else None
 
 

@@ -8,7 +8,6 @@ place, and relative paths stored where they break from another folder.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -26,9 +25,9 @@ from tiny_models import TINY_RUN
 FAST = [f"{key}={value}" for key, value in {**TINY_RUN, "max_steps": 2, "eval_steps": 2}.items()]
 
 
-def _sst2_copy(root: Path, rows: int, offset: int = 0) -> Path:
+def _sst2_copy(shared_data: Path, root: Path, rows: int, offset: int = 0) -> Path:
     """A data dir with the real SST-2 files cut to ``rows`` training rows (starting at ``offset``)."""
-    source = Path(os.environ.get("KDBENCH_DATA_DIR", "")) / "glue_data" / "SST-2"
+    source = shared_data / "glue_data" / "SST-2"
     target = root / "glue_data" / "SST-2"
     target.mkdir(parents=True)
     lines = (source / "train.tsv").read_text(encoding="utf-8").splitlines()
@@ -44,8 +43,8 @@ def _run(args: list[str], capsys) -> tuple[Path, dict]:
 
 
 def test_changed_data_dir_makes_a_new_run_and_is_recorded(tiny_teacher, shared_data, tmp_path, monkeypatch, capsys):
-    first = _sst2_copy(tmp_path / "data-a", rows=40)
-    second = _sst2_copy(tmp_path / "data-b", rows=40, offset=500)
+    first = _sst2_copy(shared_data, tmp_path / "data-a", rows=40)
+    second = _sst2_copy(shared_data, tmp_path / "data-b", rows=40, offset=500)
     base = ["run", "finetune", "--task", "sst2", "--student", str(tiny_teacher), "--output", str(tmp_path / "runs"),
             *FAST]
     monkeypatch.setenv("KDBENCH_DATA_DIR", str(first))

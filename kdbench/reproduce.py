@@ -720,17 +720,43 @@ def _referenced_stages(cells: list[dict[str, Any]], stages: dict[str, Any]) -> s
     return found
 
 
-def write_selection(spec_path: Path, patterns: list[str], output: Path) -> Path:
-    """Write the selected part of the spec beside the runs (``OUTPUT/.selections/``) and return its path."""
+def recorded_cells(spec: dict[str, Any], output: Path, records: Path) -> set[str]:
+    """The names of the spec's cells that already have a completed record in ``records``.
+
+    A record's folder is named like its run's folder, and run folders are named by content, not
+    location (:func:`kdbench.fingerprint.run_identity`): a cell planned on another machine or into
+    another runs folder finds the record exported from the first training."""
+    from kdbench.sweep import expand, record_completed
+
+    cell_names = {cell["name"] for cell in spec.get("cells") or []}
+    return {name for name, run in expand(spec, output=output).runs.items()
+            if name in cell_names and record_completed(records / run.run_dir.name)}
+
+
+def write_selection(spec_path: Path, patterns: list[str], output: Path,
+                    leave_out_recorded_in: Path | None = None) -> Path:
+    """Write the selected part of the spec beside the runs (``OUTPUT/.selections/``) and return its path.
+
+    ``patterns`` as for :func:`select_runs` (none: every cell); with ``leave_out_recorded_in``, the
+    cells with a completed record there are left out too (``--missing``)."""
     import hashlib
 
     from kdbench.sweep import load_spec
 
-    selected = select_runs(load_spec(spec_path), patterns)
-    digest = hashlib.sha256("\0".join(patterns).encode()).hexdigest()[:8]
+    spec = load_spec(spec_path)
+    selected = select_runs(spec, patterns) if patterns else spec
+    how = f"only: {' '.join(patterns)}" if patterns else "every cell"
+    if leave_out_recorded_in is not None:
+        recorded = recorded_cells(selected, output, leave_out_recorded_in)
+        kept = [cell for cell in selected.get("cells") or [] if cell["name"] not in recorded]
+        print(f"[kdbench reproduce] --missing: {len(recorded)} of {len(selected.get('cells') or [])} chosen cells "
+              f"have a completed record in {leave_out_recorded_in} and are left out; {len(kept)} to run", flush=True)
+        selected = {**selected, "cells": kept}
+        how += f", missing from {leave_out_recorded_in}"
+    digest = hashlib.sha256(how.encode()).hexdigest()[:8]
     path = output / ".selections" / f"{spec_path.stem}-{digest}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = f"# {spec_path.name}, only: {' '.join(patterns)} (written by kdbench reproduce --only)\n"
+    header = f"# {spec_path.name}, {how} (written by kdbench reproduce)\n"
     path.write_text(header + yaml.safe_dump(selected, sort_keys=False))
     return path
 
@@ -761,6 +787,7 @@ def _read_paths(spec_path: Path, output: Path) -> set[str]:
 # ---------------------------------------------------------------------------------------------
 def cmd_reproduce(args: Any) -> int:
     from kdbench.cli import main as kdbench_main
+    from kdbench.sweep import load_spec
 
     spec_folder = Path(args.spec_dir)
     spec_path = spec_folder / f"{args.table}.yaml"
@@ -780,7 +807,12 @@ def cmd_reproduce(args: Any) -> int:
         code = build_prerequisites(args.table, run_spec, Path(args.output), sweep_options, dry_run=args.dry_run)
         if code != 0:
             return code
-        code = kdbench_main(["sweep", str(run_spec), *sweep_options, *(["--dry-run"] if args.dry_run else [])])
+        if args.missing:  # after the prerequisites: building augmented data renames the runs that read it
+            run_spec = write_selection(spec_path, patterns, Path(args.output), leave_out_recorded_in=records)
+        if args.missing and not load_spec(run_spec).get("cells"):
+            code = 0  # every chosen cell is recorded: nothing to train, the table is still exported and rendered
+        else:
+            code = kdbench_main(["sweep", str(run_spec), *sweep_options, *(["--dry-run"] if args.dry_run else [])])
         if args.dry_run:
             return code
         copied = export_records(spec_path, Path(args.output), records, supersede=args.supersede_records)
@@ -857,4 +889,8 @@ def add_command(subparsers: Any) -> None:
                            help="run only the cells (or stages) whose names match these comma-separated shell "
                                 "patterns, e.g. 'kd-3l-*' or '*-mrpc-s*' or 'teacher-rte' (see --dry-run for names); "
                                 "every completed run of the table is still exported and rendered")
+    reproduce.add_argument("--missing", action="store_true",
+                           help="leave out the cells that already have a completed record in --records, e.g. to "
+                                "continue a study whose records are committed on a new machine or cluster (the "
+                                "stages the other cells need still run); combines with --only")
     reproduce.set_defaults(handler=cmd_reproduce)

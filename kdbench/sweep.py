@@ -369,7 +369,7 @@ class RunJob(submitit.helpers.Checkpointable):
         configure_job_process()  # first: exports RANK etc. in multi-task jobs (only rank 0 records state)
         state = Path(request.state_file)
         attempt = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
-        missing = [name for name, run_dir in request.depends_on if not _record_completed(Path(run_dir))]
+        missing = [name for name, run_dir in request.depends_on if not record_completed(Path(run_dir))]
         if missing:
             error = f"dependency {', '.join(missing)} did not complete"
             _write_state(state, BLOCKED, attempt=attempt, error=error, **_job_identity())
@@ -468,7 +468,8 @@ def _read_state(path: Path) -> dict[str, Any] | None:
 # ---------------------------------------------------------------------------------------------
 # Driver
 # ---------------------------------------------------------------------------------------------
-def _record_completed(run_dir: Path) -> bool:
+def record_completed(run_dir: Path) -> bool:
+    """Whether ``run_dir`` (a run folder, or an exported record's folder) holds a completed record."""
     path = run_dir / RESULT_FILE
     if not path.is_file():
         return False
@@ -479,7 +480,7 @@ def _record_completed(run_dir: Path) -> bool:
 
 
 def _completed(run: SweepRun) -> bool:
-    return _record_completed(run.run_dir)
+    return record_completed(run.run_dir)
 
 
 def write_manifest(sweep: Sweep, executor: str, spec_path: str | None) -> None:

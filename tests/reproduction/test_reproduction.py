@@ -397,3 +397,38 @@ def test_exported_records_name_their_teachers_role_without_the_run_folders(tmp_p
     from kdbench.tables.building import _exported_roles
     _exported_roles.cache_clear()
     assert {_teacher_role(cell) for cell in cells} == {"teacher"}
+
+
+def test_missing_leaves_out_the_cells_with_a_completed_record(tmp_path, shared_data, monkeypatch, capsys):
+    """``--missing``: a cell whose record folder (named by content, like its run folder) holds a
+    completed result is left out; a failed record does not count; the other cells and the stages
+    they need stay."""
+    import json
+
+    from kdbench.reproduce import write_selection
+    from kdbench.sweep import expand, load_spec
+
+    monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
+    output, records = tmp_path / "runs", tmp_path / "records"
+    spec_path = SPEC_FOLDER / "cross-method.yaml"
+    runs = expand(load_spec(write_selection(spec_path, ["kd-3l-mrpc-s*"], output)), output=output).runs
+    for cell, status in (("kd-3l-mrpc-s1", "completed"), ("kd-3l-mrpc-s2", "failed")):
+        _mkdirs(records / runs[cell].run_dir.name)
+        (records / runs[cell].run_dir.name / "result.json").write_text(json.dumps({"status": status}))
+
+    selected = load_spec(write_selection(spec_path, ["kd-3l-mrpc-s*"], output, leave_out_recorded_in=records))
+    assert [cell["name"] for cell in selected["cells"]] == [f"kd-3l-mrpc-s{seed}" for seed in (2, 3, 4, 5)]
+    assert "teacher-mrpc" in selected["stages"]
+    assert f"1 of 5 chosen cells have a completed record in {records}" in capsys.readouterr().out
+
+
+def test_committed_records_are_found_under_the_names_the_spec_gives_today(tmp_path, shared_data, monkeypatch):
+    """The study continues on another machine with ``--missing`` only while the committed records keep
+    the folder names today's spec plans (on the same data): e.g. table 1's first three KD seeds on MRPC."""
+    from kdbench.reproduce import recorded_cells, select_runs
+    from kdbench.sweep import load_spec
+
+    monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
+    spec = select_runs(load_spec(SPEC_FOLDER / "cross-method.yaml"), ["kd-3l-mrpc-s[123]", "kd-3l-rte-s*"])
+    assert recorded_cells(spec, tmp_path / "runs", records_folder("cross-method")) == \
+        {"kd-3l-mrpc-s1", "kd-3l-mrpc-s2", "kd-3l-mrpc-s3", *(f"kd-3l-rte-s{seed}" for seed in range(1, 6))}

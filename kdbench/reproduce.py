@@ -720,17 +720,77 @@ def _referenced_stages(cells: list[dict[str, Any]], stages: dict[str, Any]) -> s
     return found
 
 
-def recorded_cells(spec: dict[str, Any], output: Path, records: Path) -> set[str]:
-    """The names of the spec's cells that already have a completed record in ``records``.
+def recorded_cells(runs: dict[str, Any], records: Path) -> set[str]:
+    """The names of the cells among ``runs`` (an expanded sweep's runs) that already have a completed
+    record in ``records``.
 
     A record's folder is named like its run's folder, and run folders are named by content, not
     location (:func:`kdbench.fingerprint.run_identity`): a cell planned on another machine or into
     another runs folder finds the record exported from the first training."""
-    from kdbench.sweep import expand, record_completed
+    from kdbench.sweep import record_completed
 
-    cell_names = {cell["name"] for cell in spec.get("cells") or []}
-    return {name for name, run in expand(spec, output=output).runs.items()
-            if name in cell_names and record_completed(records / run.run_dir.name)}
+    return {name for name, run in runs.items() if run.kind == "cell" and record_completed(records / run.run_dir.name)}
+
+
+@dataclass(frozen=True)
+class TrainingEstimate:
+    """How long the runs still to do will train, judged from the records: a run by its own earlier
+    training where one is recorded (a teacher, a corpus stage), a cell by the median ``train_seconds``
+    of its row's recorded runs on the same task. On the machines that wrote those records: a guide,
+    not a promise."""
+
+    seconds: float
+    estimated: int
+    unestimated: tuple[str, ...]  # the runs with no record to judge from
+
+    @classmethod
+    def of(cls, runs: dict[str, Any], records: Path) -> TrainingEstimate:
+        """``runs``: the runs to do (name -> an expanded sweep's run)."""
+        import statistics
+
+        from kdbench.records import find_records, read_record
+
+        own: dict[str, float] = {}
+        by_row: dict[tuple[Any, Any], list[float]] = {}
+        for path in find_records(records) if records.is_dir() else []:
+            record = read_record(path)
+            if record.get("status") == "completed" and record.get("train_seconds") is not None:
+                own[path.parent.name] = float(record["train_seconds"])
+                by_row.setdefault((record.get("label"), record.get("task")), []).append(own[path.parent.name])
+        seconds, estimated, unestimated = 0.0, 0, []
+        for name, run in runs.items():
+            past = own.get(run.run_dir.name)
+            if past is None and run.values.get("label"):
+                times = by_row.get((run.values["label"], run.values.get("task")))
+                past = statistics.median(times) if times else None
+            if past is None:
+                unestimated.append(name)
+            else:
+                seconds, estimated = seconds + past, estimated + 1
+        return cls(seconds, estimated, tuple(unestimated))
+
+    def __str__(self) -> str:
+        text = (f"Training time of the {self.estimated} runs to do that the records can judge (stages included): "
+                f"about {self.seconds / 3600:.1f} h on the machines that wrote them")
+        if self.unestimated:
+            shown = ", ".join(self.unestimated[:8]) + (", ..." if len(self.unestimated) > 8 else "")
+            text += f"; no record to judge the other {len(self.unestimated)} from ({shown})"
+        return text + "."
+
+
+def _runs_to_do(runs: dict[str, Any], cells: set[str]) -> dict[str, Any]:
+    """``cells`` and the stages they need, directly or through other stages, not yet completed in
+    their run folders."""
+    from kdbench.sweep import record_completed
+
+    needed, todo = set(), list(cells)
+    while todo:
+        name = todo.pop()
+        if name not in needed:
+            needed.add(name)
+            todo.extend(runs[name].depends_on)
+    return {name: run for name, run in runs.items()
+            if name in needed and (name in cells or not record_completed(run.run_dir))}
 
 
 def write_selection(spec_path: Path, patterns: list[str], output: Path,
@@ -741,17 +801,20 @@ def write_selection(spec_path: Path, patterns: list[str], output: Path,
     cells with a completed record there are left out too (``--missing``)."""
     import hashlib
 
-    from kdbench.sweep import load_spec
+    from kdbench.sweep import expand, load_spec
 
     spec = load_spec(spec_path)
     selected = select_runs(spec, patterns) if patterns else spec
     how = f"only: {' '.join(patterns)}" if patterns else "every cell"
     if leave_out_recorded_in is not None:
-        recorded = recorded_cells(selected, output, leave_out_recorded_in)
+        runs = expand(selected, output=output).runs
+        recorded = recorded_cells(runs, leave_out_recorded_in)
         kept = [cell for cell in selected.get("cells") or [] if cell["name"] not in recorded]
-        print(f"[kdbench reproduce] --missing: {len(recorded)} of {len(selected.get('cells') or [])} chosen cells "
-              f"have a completed record in {leave_out_recorded_in} and are left out; {len(kept)} to run", flush=True)
         selected = {**selected, "cells": kept}
+        estimate = TrainingEstimate.of(_runs_to_do(runs, {cell["name"] for cell in kept}), leave_out_recorded_in)
+        print(f"[kdbench reproduce] --missing: {len(recorded)} of {len(kept) + len(recorded)} chosen cells have a "
+              f"completed record in {leave_out_recorded_in} and are left out; {len(kept)} to run. {estimate}",
+              flush=True)
         how += f", missing from {leave_out_recorded_in}"
     digest = hashlib.sha256(how.encode()).hexdigest()[:8]
     path = output / ".selections" / f"{spec_path.stem}-{digest}.yaml"

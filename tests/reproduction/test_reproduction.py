@@ -399,12 +399,21 @@ def test_exported_records_name_their_teachers_role_without_the_run_folders(tmp_p
     assert {_teacher_role(cell) for cell in cells} == {"teacher"}
 
 
+def _write_record(folder, **record):
+    import json
+
+    from kdbench.records import SCHEMA_VERSION
+
+    _mkdirs(folder)
+    minimal = {"schema_version": SCHEMA_VERSION, "method": "kd", "task": "mrpc", "student": "teacher-3l", "config": {},
+               "metrics": {}}
+    (folder / "result.json").write_text(json.dumps({**minimal, **record}))
+
+
 def test_missing_leaves_out_the_cells_with_a_completed_record(tmp_path, shared_data, monkeypatch, capsys):
     """``--missing``: a cell whose record folder (named by content, like its run folder) holds a
     completed result is left out; a failed record does not count; the other cells and the stages
     they need stay."""
-    import json
-
     from kdbench.reproduce import write_selection
     from kdbench.sweep import expand, load_spec
 
@@ -412,23 +421,53 @@ def test_missing_leaves_out_the_cells_with_a_completed_record(tmp_path, shared_d
     output, records = tmp_path / "runs", tmp_path / "records"
     spec_path = SPEC_FOLDER / "cross-method.yaml"
     runs = expand(load_spec(write_selection(spec_path, ["kd-3l-mrpc-s*"], output)), output=output).runs
-    for cell, status in (("kd-3l-mrpc-s1", "completed"), ("kd-3l-mrpc-s2", "failed")):
-        _mkdirs(records / runs[cell].run_dir.name)
-        (records / runs[cell].run_dir.name / "result.json").write_text(json.dumps({"status": status}))
+    _write_record(records / runs["kd-3l-mrpc-s1"].run_dir.name, status="completed")
+    _write_record(records / runs["kd-3l-mrpc-s2"].run_dir.name, status="failed")
 
     selected = load_spec(write_selection(spec_path, ["kd-3l-mrpc-s*"], output, leave_out_recorded_in=records))
     assert [cell["name"] for cell in selected["cells"]] == [f"kd-3l-mrpc-s{seed}" for seed in (2, 3, 4, 5)]
     assert "teacher-mrpc" in selected["stages"]
-    assert f"1 of 5 chosen cells have a completed record in {records}" in capsys.readouterr().out
+    assert f"1 of 5 chosen cells have a completed record in {records} and are left out; 4 to run" in \
+        capsys.readouterr().out
+
+
+def test_missing_estimates_the_training_left_from_the_records(tmp_path, shared_data, monkeypatch):
+    """A stage to redo counts its own recorded training, a cell the median of its row's recorded runs
+    on that task; a row never recorded on the task is named, not guessed."""
+    from kdbench.reproduce import TrainingEstimate, _runs_to_do, recorded_cells, select_runs
+    from kdbench.sweep import expand, load_spec
+
+    monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
+    output, records = tmp_path / "runs", tmp_path / "records"
+    spec = select_runs(load_spec(SPEC_FOLDER / "cross-method.yaml"), ["kd-3l-mrpc-s*", "tinybert-td-3l-mrpc-s1"])
+    runs = expand(spec, output=output).runs
+    for cell, status, seconds in (("kd-3l-mrpc-s1", "completed", 100.0), ("kd-3l-mrpc-s2", "completed", 400.0),
+                                  ("kd-3l-mrpc-s3", "failed", 9000.0)):
+        _write_record(records / runs[cell].run_dir.name, status=status, label="kd-3l", task="mrpc",
+                      train_seconds=seconds)
+    _write_record(records / runs["teacher-mrpc"].run_dir.name, status="completed", task="mrpc", train_seconds=1000.0)
+
+    recorded = recorded_cells(runs, records)
+    assert recorded == {"kd-3l-mrpc-s1", "kd-3l-mrpc-s2"}
+    to_do = _runs_to_do(runs, {name for name, run in runs.items() if run.kind == "cell"} - recorded)
+    assert sorted(to_do) == ["kd-3l-mrpc-s3", "kd-3l-mrpc-s4", "kd-3l-mrpc-s5", "teacher-mrpc", "tinybert-td-3l-mrpc-s1"]
+    estimate = TrainingEstimate.of(to_do, records)
+    assert (estimate.seconds, estimate.estimated, estimate.unestimated) == \
+        (1000.0 + 3 * 250.0, 4, ("tinybert-td-3l-mrpc-s1",))
+    assert "about 0.5 h" in str(estimate) and "no record to judge the other 1 from (tinybert-td-3l-mrpc-s1)" in str(estimate)
+
+    # once the teacher has trained in this runs folder, it is not counted again
+    _write_record(runs["teacher-mrpc"].run_dir, status="completed")
+    assert "teacher-mrpc" not in _runs_to_do(runs, {"kd-3l-mrpc-s4"})
 
 
 def test_committed_records_are_found_under_the_names_the_spec_gives_today(tmp_path, shared_data, monkeypatch):
     """The study continues on another machine with ``--missing`` only while the committed records keep
     the folder names today's spec plans (on the same data): e.g. table 1's first three KD seeds on MRPC."""
     from kdbench.reproduce import recorded_cells, select_runs
-    from kdbench.sweep import load_spec
+    from kdbench.sweep import expand, load_spec
 
     monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
     spec = select_runs(load_spec(SPEC_FOLDER / "cross-method.yaml"), ["kd-3l-mrpc-s[123]", "kd-3l-rte-s*"])
-    assert recorded_cells(spec, tmp_path / "runs", records_folder("cross-method")) == \
+    assert recorded_cells(expand(spec, output=tmp_path / "runs").runs, records_folder("cross-method")) == \
         {"kd-3l-mrpc-s1", "kd-3l-mrpc-s2", "kd-3l-mrpc-s3", *(f"kd-3l-rte-s{seed}" for seed in range(1, 6))}

@@ -525,8 +525,12 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
         if not (run.run_dir / "result.json").is_file():
             continue
         target = destination / run.run_dir.name
-        fresh = json.loads((run.run_dir / "result.json").read_text())
         kept = target / "result.json"
+        if kept.is_file() and kept.read_bytes() == (run.run_dir / "result.json").read_bytes():
+            # Already exported. A teacher rebuilt by rebuild_teacher.py holds the committed record beside
+            # weights of its own training, whose files (model/config.json) must not replace the record's.
+            continue
+        fresh = json.loads((run.run_dir / "result.json").read_text())
         committed = json.loads(kept.read_text()) if kept.is_file() else None
         conflict = _other_training(fresh, committed)
         same_weights = conflict and _same_weights(fresh, committed)

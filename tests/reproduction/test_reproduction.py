@@ -337,8 +337,16 @@ def test_export_keeps_a_committed_record_of_another_training_unless_superseded(t
     assert f"kept {records / run_dir.name}" in capsys.readouterr().err
     assert export_records(spec_path, output, records, supersede=True) == [records / run_dir.name]
     assert json.loads((records / run_dir.name / "result.json").read_text())["metrics"] == {"acc": 59.2}
-    # the same training exported again (same created_at) just refreshes its files
+    # a record already exported is not copied again: the run folder's other files need not be the
+    # record's (a teacher rebuilt by rebuild_teacher.py gets the committed result.json installed)
+    (run_dir / "model").mkdir()
+    (run_dir / "model" / "config.json").write_text('{"architectures": ["BertForSequenceClassification"]}')
+    assert export_records(spec_path, output, records) == []
+    assert not (records / run_dir.name / "model").exists()
+    # the same training finished again (resumed: same created_at, a new result.json) refreshes its files
+    (run_dir / "result.json").write_text(json.dumps({**fresh, "train_seconds": 12.0}))
     assert export_records(spec_path, output, records) == [records / run_dir.name]
+    assert (records / run_dir.name / "model" / "config.json").is_file()
 
 
 def test_export_says_a_retraining_with_the_same_weights_needs_no_rerun(tmp_path, capsys):

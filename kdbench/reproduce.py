@@ -526,12 +526,14 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
             continue
         target = destination / run.run_dir.name
         kept = target / "result.json"
-        if kept.is_file() and kept.read_bytes() == (run.run_dir / "result.json").read_bytes():
+        fresh_text = (run.run_dir / "result.json").read_bytes()
+        kept_text = kept.read_bytes() if kept.is_file() else None
+        if fresh_text == kept_text:
             # Already exported. A teacher rebuilt by rebuild_teacher.py holds the committed record beside
             # weights of its own training, whose files (model/config.json) must not replace the record's.
             continue
-        fresh = json.loads((run.run_dir / "result.json").read_text())
-        committed = json.loads(kept.read_text()) if kept.is_file() else None
+        fresh = json.loads(fresh_text)
+        committed = json.loads(kept_text) if kept_text is not None else None
         conflict = _other_training(fresh, committed)
         same_weights = conflict and _same_weights(fresh, committed)
         if same_weights:
@@ -752,15 +754,18 @@ class TrainingEstimate:
         """``runs``: the runs to do (name -> an expanded sweep's run)."""
         import statistics
 
-        from kdbench.records import find_records, read_record
+        from kdbench.records import load_records
 
+        frame = load_records(records, include_failed=False) if records.is_dir() else None
+        if frame is None or "train_seconds" not in frame:
+            frame = None
+        else:
+            frame = frame[frame["status"] == "completed"].dropna(subset=["train_seconds"])
         own: dict[str, float] = {}
         by_row: dict[tuple[Any, Any], list[float]] = {}
-        for path in find_records(records) if records.is_dir() else []:
-            record = read_record(path)
-            if record.get("status") == "completed" and record.get("train_seconds") is not None:
-                own[path.parent.name] = float(record["train_seconds"])
-                by_row.setdefault((record.get("label"), record.get("task")), []).append(own[path.parent.name])
+        for _, record in frame.iterrows() if frame is not None else []:
+            own[Path(record["run_dir"]).name] = float(record["train_seconds"])
+            by_row.setdefault((record.get("label"), record["task"]), []).append(float(record["train_seconds"]))
         seconds, estimated, unestimated = 0.0, 0, []
         for name, run in runs.items():
             past = own.get(run.run_dir.name)

@@ -30,7 +30,11 @@ printed average does *not* recompute from their printed cells, each with the rea
 that exactly these rows disagree); ``relative_to``: a row key, for a paper that prints each row's
 *difference* from one row rather than its average (see below); ``rows``: a list of ``key``,
 ``model`` (the CSV's model of the row, ``null`` for rows the paper does not have), optional
-``title`` (printed instead of a long CSV model description), ``setting``, ``select`` and ``labels``.
+``title`` (printed instead of a long CSV model description), ``setting``, ``select`` and ``labels``;
+``evaluation`` (optional): kdbench task -> which of a run's dev evaluations the cells report, where
+the paper's script keeps another one than the run did (``best:<metric>``, ``last`` or ``kept``:
+:mod:`kdbench.evaluations`, re-selected from each run's ``loss_terms.jsonl``; TinyBERT's ablation
+tables ``{mrpc: best:acc}``, MobileBERT's ``last``). A footnote says which.
 
 How a run becomes a row (explicit, in this order)
 -------------------------------------------------

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kdbench.evaluations import describe_rules, reselect
 from kdbench.tables.matching import assign_rows, canonical_method, normalise
 from kdbench.tables.published import PublishedValue, check_rows_exist, published_cell, read_published
 from kdbench.tables.specs import MAIN_METRICS, CrossMethodSpec, PaperAverage, RowSpec, TableError, TableSpec, load_spec
@@ -235,6 +236,9 @@ def build_table(name: str | TableSpec | CrossMethodSpec, runs: Any = None, *, la
 def _build_paper_table(spec: TableSpec, runs, measurer: Measurer) -> Table:
     check_rows_exist(spec)
     by_row, unmatched = assign_rows(spec, runs)
+    rules = spec.evaluation_rules()
+    if rules:
+        runs = reselect(runs, rules, only=sorted({i for indices in by_row.values() for i in indices}))
     per_seed = {row.key: _row_per_seed(spec, [runs.loc[i] for i in by_row.get(row.key, [])], measurer)
                 for row in spec.rows}
     headers = [c.header for c in spec.columns] + ([spec.average.header] if spec.average else [])
@@ -263,6 +267,8 @@ def _build_paper_table(spec: TableSpec, runs, measurer: Measurer) -> Table:
             cells.append(average.format(1, signed=spec.average.relative_to is not None) if average else MISSING)
         table.rows.append([row.display, "ours", *cells])
     table.notes.extend(_notes(spec, runs, unmatched))
+    if describe_rules(rules):
+        table.notes.append(describe_rules(rules))
     if spec.average and spec.average.relative_to:
         table.notes.append(_difference_note(spec, partial))
     _note_selection(table)

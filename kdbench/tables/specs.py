@@ -18,6 +18,7 @@ import yaml
 
 from kdbench.config import ConfigError, from_mapping
 from kdbench.constraints import constrained
+from kdbench.evaluations import EvaluationRule, parse_rules
 
 # kdbench task name -> (display name, metric the cross-method table shows). Order = column order.
 MAIN_METRICS: dict[str, tuple[str, str]] = {
@@ -95,8 +96,15 @@ class TableSpec:
     average: AverageSpec | None = None
     note: str | None = None
     seq_len: int = constrained(128, ge=8)
+    # kdbench task -> which of a run's dev evaluations the table reports (kdbench.evaluations):
+    # the paper's own rule where it differs from the run's, e.g. {mrpc: "best:acc"} for TinyBERT.
+    evaluation: Mapping[str, str] = field(default_factory=dict)
 
     def check_combination(self) -> None:
+        try:
+            self.evaluation_rules()
+        except ConfigError as error:
+            raise TableError(str(error)) from None
         headers = [c.header for c in self.columns]
         if len(set(headers)) != len(headers):
             raise TableError(f"duplicate column headers {headers}")
@@ -109,6 +117,9 @@ class TableSpec:
             raise TableError(f"duplicate row keys {keys}")
         if self.average is not None and self.average.relative_to not in (None, *keys):
             raise TableError(f"average.relative_to {self.average.relative_to!r} is not a row key {keys}")
+
+    def evaluation_rules(self) -> dict[str, EvaluationRule]:
+        return parse_rules(self.evaluation)
 
 
 @dataclass(frozen=True)
@@ -216,7 +227,9 @@ def spec_from_mapping(data: Any, source: str) -> TableSpec | CrossMethodSpec:
             raw_average = _mapping(data["average"], "average")
             raw_average["known_mismatches"] = dict(raw_average.get("known_mismatches") or {})
             average = _build(AverageSpec, raw_average, "average")
-        return _build(TableSpec, {**data, "columns": columns, "rows": rows, "average": average}, "")
+        evaluation = dict(_mapping(data.get("evaluation") or {}, "evaluation"))
+        return _build(TableSpec, {**data, "columns": columns, "rows": rows, "average": average,
+                                  "evaluation": evaluation}, "")
     except TableError as error:
         raise TableError(f"{source}: {str(error).removeprefix(': ')}") from None
 

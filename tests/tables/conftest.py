@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -15,6 +18,32 @@ def make_run(method: str, task: str, metrics: dict[str, float], *, student: str 
     for name, value in metrics.items():
         row[f"metric.{name}"] = value
     return row
+
+
+def write_run(folder: Path, task: str, evaluations: list[dict], *, steps: int = 30, label: str = "tinybert4",
+              seed: int = 1, stage: str = "prediction") -> Path:
+    """A completed run folder whose last stage recorded ``evaluations`` (``{"step", metric: value}``) in
+    ``loss_terms.jsonl``, and whose record kept the F1-best one (or the only one), as kdbench writes them."""
+    folder.mkdir(parents=True)
+    kept = max(evaluations, key=lambda e: e.get("f1", 0.0)) if evaluations else {}
+    metrics = {k: v for k, v in kept.items() if k != "step"}
+    record = {"schema_version": 1, "status": "completed", "method": "tinybert", "task": task, "label": label,
+              "seed": seed, "student": "teacher-3l-192", "metrics": metrics,
+              "config": {"method": "tinybert", "task": task, "method_params": {}},
+              "stages": [{"name": "intermediate", "steps": 100, "metrics": {}},
+                         {"name": stage, "steps": steps, "metrics": {"eval_f1": metrics.get("f1")}}]}
+    (folder / "result.json").write_text(json.dumps(record))
+    lines = [{"stage": "intermediate", "step": 50, "epoch": 1.0, "lr": 1e-4, "loss": 3.0}]
+    lines += [{"stage": stage, "step": e["step"], "eval": {k: v for k, v in e.items() if k != "step"}}
+              for e in evaluations]
+    (folder / "loss_terms.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return folder
+
+
+@pytest.fixture
+def recorded_run():
+    """``recorded_run(folder, task, evaluations, **fields)`` -> a run folder (see :func:`write_run`)."""
+    return write_run
 
 
 @pytest.fixture

@@ -115,14 +115,16 @@ def _cell(table, row, header, source="ours"):
     return r[table.header.index(header)]
 
 
-def test_selectors_labels_specificity_and_seeds(run, runs_frame):
+def test_selectors_labels_specificity_and_seeds(run, runs_frame, recorded_run, tmp_path):
     full = dict(mapping="uniform", no_embd=False, no_attn=False, no_hidn=False, no_trm=False, no_pred=False)
+    # the table reports MRPC's accuracy-best evaluation (TinyBERT's rule), read from the run's folder
+    mrpc_run = recorded_run(tmp_path / "mrpc", "mrpc", [{"step": 10, "acc": 85.0, "f1": 89.0}])
     runs = runs_frame(
         run("tinybert", "mnli", {"acc": 80.0, "acc_mm": 81.0}, seed=1, method_params=full),
         run("tinybert", "mnli", {"acc": 82.0, "acc_mm": 83.0}, seed=2, method_params=full),
         # same seed twice (a sweep): the best dev score of seed 2 is kept
         run("tinybert", "mnli", {"acc": 70.0, "acc_mm": 70.0}, seed=2, method_params=full),
-        run("tinybert", "mrpc", {"acc": 85.0, "f1": 89.0}, method_params=full),
+        run("tinybert", "mrpc", {"acc": 85.0, "f1": 89.0}, method_params=full, run_dir=str(mrpc_run)),
         run("tinybert", "cola", {"mcc": 40.0}, method_params=full),
         run("tinybert", "mnli", {"acc": 75.0, "acc_mm": 76.0}, method_params={**full, "no_attn": True}),
         run("kd", "mnli", {"acc": 60.0}, label="wo-hidn"),  # a label wins over everything
@@ -292,16 +294,20 @@ def test_cli_table_with_record_files(tmp_path, capsys):
     assert ours["RTE"] == "71.0 ± 1.4" and ours["SST-2"] == MISSING
 
 
-def test_upstream_selector_and_alternatives(run, runs_frame):
+def test_upstream_selector_and_alternatives(run, runs_frame, recorded_run, tmp_path):
     kt = dict(use_fmt=True, use_at=True, use_pd=False, progressive_schedule="code")
+    # MobileBERT's tables report each run's evaluation at the end of training, read from its folder
+    folders = {score: str(recorded_run(tmp_path / str(score), "sst2", [{"step": 30, "acc": score}]))
+               for score in (79.1, 80.0, 73.3)}
     runs = runs_frame(
         # a knowledge-transfer run on the corpus, later moved: its finetune names the old path
         run("mobilebert", "corpus", {}, student="mobilebert-6l-384", run_dir="/new/kt-joint/mobilebert-corpus-c6b8",
             method_params={"strategy": "joint", **kt}),
-        run("finetune", "sst2", {"acc": 79.1}, student="/old/kt-joint/mobilebert-corpus-c6b8/model"),
-        run("mobilebert", "sst2", {"acc": 80.0}, student="mobilebert-6l-384",
+        run("finetune", "sst2", {"acc": 79.1}, student="/old/kt-joint/mobilebert-corpus-c6b8/model",
+            run_dir=folders[79.1]),
+        run("mobilebert", "sst2", {"acc": 80.0}, student="mobilebert-6l-384", run_dir=folders[80.0],
             method_params={"strategy": "auxiliary", **kt}),  # directly on the task: the first alternative
-        run("finetune", "sst2", {"acc": 73.3}, student="mobilebert-6l-384"),
+        run("finetune", "sst2", {"acc": 73.3}, student="mobilebert-6l-384", run_dir=folders[73.3]),
     )
     table = build_table("mobilebert-table8", runs)
     assert _cell(table, "JKT (joint knowledge transfer)", "SST-2") == "79.1"

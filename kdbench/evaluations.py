@@ -67,7 +67,10 @@ def describe_rules(rules: Mapping[str, EvaluationRule]) -> str:
     active = {task: rule for task, rule in rules.items() if rule.kind != KEPT}
     if not active:
         return ""
-    parts = "; ".join(f"{task}: {rule.describe()}" for task, rule in sorted(active.items()))
+    tasks_by_rule: dict[EvaluationRule, list[str]] = {}
+    for task, rule in sorted(active.items()):
+        tasks_by_rule.setdefault(rule, []).append(task)
+    parts = "; ".join(f"{', '.join(tasks)}: {rule.describe()}" for rule, tasks in tasks_by_rule.items())
     return (f"measured cells report the paper's own choice of dev evaluation ({parts}), re-selected from each "
             "run's recorded evaluations; other tasks report the evaluation the run kept")
 

@@ -32,7 +32,8 @@ from typing import Any
 
 from kdbench.config import ConfigError
 
-KEPT, LAST, BEST_PREFIX = "kept", "last", "best:"
+KEPT, LAST, BEST = "kept", "last", "best"
+BEST_PREFIX = BEST + ":"
 METRIC_COLUMN_PREFIX = "metric."  # kdbench.records.load_records flattens metrics into these columns
 EVALUATION_STEP_COLUMN = "evaluation_step"
 
@@ -50,14 +51,14 @@ class EvaluationRule:
         if value in (KEPT, LAST):
             return cls(value)
         if value.startswith(BEST_PREFIX) and value[len(BEST_PREFIX):].strip():
-            return cls("best", value[len(BEST_PREFIX):].strip())
+            return cls(BEST, value[len(BEST_PREFIX):].strip())
         raise ConfigError(f"evaluation rule {text!r}: use 'kept', 'last' or 'best:<metric>' (e.g. 'best:acc')")
 
     def __str__(self) -> str:
-        return f"{BEST_PREFIX}{self.metric}" if self.kind == "best" else self.kind
+        return f"{BEST_PREFIX}{self.metric}" if self.kind == BEST else self.kind
 
     def describe(self) -> str:
-        if self.kind == "best":
+        if self.kind == BEST:
             return f"the evaluation with the best {self.metric}"
         return "the evaluation at the end of training" if self.kind == LAST else "the evaluation the run kept"
 
@@ -115,7 +116,7 @@ def select_evaluation(evaluations: Sequence[Mapping[str, Any]], rule: Evaluation
             raise ConfigError(f"{where}: its last dev evaluation is at step {final.get('step')}, not at the end of "
                               f"training (step {last_step}), so rule 'last' has no evaluation to report")
         return final
-    if rule.kind != "best":
+    if rule.kind != BEST:
         raise ConfigError(f"{where}: rule {rule} does not select from the recorded evaluations")
     missing = [e.get("step") for e in evaluations if not _is_number(e.get(rule.metric))]
     if missing:

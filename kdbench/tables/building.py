@@ -267,8 +267,9 @@ def _build_paper_table(spec: TableSpec, runs, measurer: Measurer) -> Table:
             cells.append(average.format(1, signed=spec.average.relative_to is not None) if average else MISSING)
         table.rows.append([row.display, "ours", *cells])
     table.notes.extend(_notes(spec, runs, unmatched))
-    if describe_rules(rules):
-        table.notes.append(describe_rules(rules))
+    evaluation_note = describe_rules(rules)
+    if evaluation_note:
+        table.notes.append(evaluation_note)
     if spec.average and spec.average.relative_to:
         table.notes.append(_difference_note(spec, partial))
     _note_selection(table)

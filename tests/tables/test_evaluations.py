@@ -83,6 +83,18 @@ def test_mobilebert_tables_report_the_end_of_training():
     assert {task: str(rule) for task, rule in rules.items()} == dict.fromkeys(("mnli", "qnli", "mrpc", "sst2", "squad"), "last")
 
 
+def test_pkd_table_reports_the_accuracy_best_mrpc_evaluation(tmp_path, recorded_run, run, runs_frame):
+    """BERT-PKD's NLI_KD_training.py logs dev accuracy each epoch and its result summaries keep the
+    accuracy-best epoch; a run kept the F1-best one (MRPC_EVALS: F1 best at step 10, accuracy at 20)."""
+    folder = recorded_run(tmp_path / "pkd-mrpc", "mrpc", MRPC_EVALS)
+    kept = max(MRPC_EVALS, key=lambda e: e["f1"])
+    frame = runs_frame(run("pkd", "mrpc", {"f1": kept["f1"], "acc": kept["acc"]}, seed=1, label="pkd-skip",
+                           run_dir=str(folder)))
+    table = build_table("pkd-table2", frame)
+    assert table.measured[("BERT6 (PKD-Skip)", "MRPC acc")].mean == pytest.approx(71.0)
+    assert table.measured[("BERT6 (PKD-Skip)", "MRPC F1")].mean == pytest.approx(80.1)
+
+
 def test_a_bad_rule_in_a_spec_is_an_error_naming_the_task():
     spec = {"name": "t", "published": "x.csv", "columns": [{"header": "MRPC", "run": "mrpc/acc"}],
             "rows": [{"key": "a"}], "evaluation": {"mrpc": "best"}}

@@ -342,12 +342,19 @@ def test_paired_difference_by_hand():
     assert paired_difference(row, {}, ["A"]) == (None, [])
 
 
-def test_distilbert_table4_prints_deltas_from_the_triple_loss(run, runs_frame):
+def test_distilbert_table4_prints_deltas_from_the_triple_loss(run, runs_frame, recorded_run, tmp_path):
+    """Each cell is the fine-tuning's evaluation at the end of training (the spec's `last`): every run
+    below scored 5 points more at an earlier epoch and kept that one, which the table must not show."""
     scores = {"triple-loss": {1: (12.0, 55.0), 2: (14.0, 56.0)}, "wo-cos": {1: (9.0, 55.0), 2: (10.0, 53.0)}}
-    runs = runs_frame(*[run("finetune", task, {metric: value[i]}, seed=seed, label=label, student="/runs/x/model")
-                        for label, by_seed in scores.items() for seed, value in by_seed.items()
-                        for i, (task, metric) in enumerate((("cola", "mcc"), ("rte", "acc")))])
-    table = build_table("distilbert-table4", runs)
+    rows = []
+    for label, by_seed in scores.items():
+        for seed, values in by_seed.items():
+            for (task, metric), last in zip((("cola", "mcc"), ("rte", "acc")), values):
+                folder = recorded_run(tmp_path / f"{label}-{task}-{seed}", task,
+                                      [{"step": 10, metric: last + 5.0}, {"step": 30, metric: last}])
+                rows.append(run("finetune", task, {metric: last + 5.0}, seed=seed, label=label,
+                                student="/runs/x/model", run_dir=str(folder)))
+    table = build_table("distilbert-table4", runs_frame(*rows))
     assert _cell(table, "triple loss + teacher init", "CoLA") == "13.0 ± 1.4"
     assert _cell(table, "triple loss + teacher init", "Δ macro-score") == "ref"
     # seed 1: (9 - 12 + 55 - 55) / 2 = -1.5; seed 2: (10 - 14 + 53 - 56) / 2 = -3.5

@@ -7,10 +7,10 @@ same one: TinyBERT's ``task_distill.py`` keeps MRPC's *accuracy*-best evaluation
 where kdbench's main MRPC metric is F1, as do BERT-PKD's result summaries (accuracy per epoch), and
 MobileBERT's TF ``run_classifier.py`` reports the model at the end of training. A table spec names
 its paper's rule per task (``evaluation:`` in :mod:`kdbench.tables`), and the table re-selects each
-run's evaluation from the run's recorded evaluations (``RUN/loss_terms.jsonl``): the training does not depend on which evaluation is kept
-(only the last stage evaluates, and nothing trains on after it), so the re-selected evaluation is
-exactly what the run would report had it run under the paper's rule, and one run serves tables
-with different rules.
+run's evaluation from the run's recorded evaluations (``RUN/loss_terms.jsonl``): the training does
+not depend on which evaluation is kept (only the last stage evaluates, and nothing trains on after
+it), so the re-selected evaluation is exactly what the run would report had it run under the paper's
+rule, and one run serves tables with different rules.
 
 Rules (plain strings, so a spec stays data):
 

@@ -47,8 +47,13 @@ Note that Slurm holds a requeued batch job about two minutes before it is eligib
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import signal
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -173,6 +178,38 @@ def make_executor(kind: str, folder: str | os.PathLike[str], profile: str | dict
     if params:
         executor.update_parameters(**params)
     return executor
+
+
+@contextlib.contextmanager
+def stop_jobs_on_interrupt(jobs: Sequence[Any], grace_seconds: float = 30.0) -> Iterator[None]:
+    """Wait on submitted jobs inside this block: if the waiting process is interrupted (Ctrl-C, or
+    SIGTERM, which here raises ``KeyboardInterrupt`` as Ctrl-C does), cancel every job still running
+    (local jobs: SIGINT, then SIGKILL, to their tasks), wait up to ``grace_seconds`` for them to end,
+    and re-raise. Ctrl-C at a terminal reaches local workers anyway (the whole process group gets it),
+    but ``kill`` and schedulers signal the driver alone, and its local workers would otherwise train
+    on unseen, holding the machine and their run folders. SIGTERM is only caught in the main thread."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        def interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    except KeyboardInterrupt:
+        live = [job for job in jobs if not job.done()]
+        for job in live:
+            job.cancel()
+        deadline = time.monotonic() + grace_seconds
+        while any(not job.done() for job in live) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if live:
+            print(f"[kdbench] interrupted: stopped {len(live)} job(s): {', '.join(str(j.job_id) for j in live)}",
+                  flush=True)
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def init_distributed(backend: str | None = None, init_process_group: bool = False):

@@ -13,7 +13,8 @@ sweep runs without it (``--wait`` follows it to the end). A run whose ``result.j
 ``completed`` is not submitted again, nor is a run whose recorded job Slurm still has queued or
 running, so re-running a sweep, even while it runs, submits exactly the missing cells. The debug
 and local executors have no dependencies: they run level after level, waiting for each
-(:func:`run_sweep`). Job-side state (pending with the job id / running / requeued / failed /
+(:func:`run_sweep`); stopping a local sweep's driver (Ctrl-C, ``kill``) stops its worker processes
+too and records their unfinished runs ``cancelled``. Job-side state (pending with the job id / running / requeued / failed /
 blocked, with the error) is written to ``<output>/.kdbench-sweep/state/<run>.json``; ``kdbench
 status`` merges it with the result records (the source of truth) and, for Slurm jobs, with
 ``squeue``/``sacct``.
@@ -413,7 +414,7 @@ class RunSeries(RunJob):
 
 def _run_local_workers(sweep: Sweep, todo: list[SweepRun], prof: dict[str, Any], outcome: dict[str, str]) -> None:
     """The local executor: ``local_parallelism`` worker processes, each running its share of the level."""
-    from kdbench.launch import make_executor
+    from kdbench.launch import make_executor, stop_jobs_on_interrupt
 
     workers = max(1, min(len(todo), int(prof.get("local_parallelism") or 1)))
     shares = [todo[i::workers] for i in range(workers)]
@@ -429,14 +430,32 @@ def _run_local_workers(sweep: Sweep, todo: list[SweepRun], prof: dict[str, Any],
         for request in requests:
             _write_state(Path(request.state_file), PENDING, job_id=str(job.job_id))
         _record_submission(sweep, [r.name for r in share], [str(job.job_id)] * len(share), "local")
-    for share, job in zip(shares, jobs):
-        try:
-            job.result()
-        except Exception as error:
-            first = str(error).strip().splitlines()
-            log.warning("local worker %s failed: %s", job.job_id, first[-1] if first else error)
-        for run in share:
-            outcome[run.name] = DONE if _completed(run) else FAILED
+    try:
+        with stop_jobs_on_interrupt(jobs):
+            for share, job in zip(shares, jobs):
+                try:
+                    job.result()
+                except Exception as error:
+                    first = str(error).strip().splitlines()
+                    log.warning("local worker %s failed: %s", job.job_id, first[-1] if first else error)
+                for run in share:
+                    outcome[run.name] = DONE if _completed(run) else FAILED
+    except KeyboardInterrupt:
+        _record_cancelled(shares, series)
+        raise
+
+
+def _record_cancelled(shares: list[list[SweepRun]], series: list[list[RunRequest]]) -> None:
+    """After an interrupted local level: record each of its unfinished runs ``cancelled``."""
+    stopped = []
+    for share, requests in zip(shares, series):
+        for run, request in zip(share, requests):
+            if not _completed(run):
+                _write_state(Path(request.state_file), CANCELLED,
+                             error="the sweep was interrupted and stopped this run; rerun the sweep to resume it")
+                stopped.append(run.name)
+    if stopped:
+        log.warning("interrupted; not completed: %s (rerun the same command to resume)", ", ".join(stopped))
 
 
 def _job_identity() -> dict[str, Any]:

@@ -542,12 +542,15 @@ def run_tune(spec: TuneSpec, trials: int, workers: int = 1, executor_kind: str =
                 log.error("tuning workers that did not end well: %s",
                           ", ".join(f"{job} {state or 'CANCELLED (before it started)'}" for job, state in failed.items()))
         else:
-            for job in jobs:
-                try:
-                    job.result()
-                except Exception as error:
-                    text = str(error).strip()
-                    log.error("tuning worker %s failed: %s", job.job_id, text.splitlines()[-1] if text else error)
+            from kdbench.launch import stop_jobs_on_interrupt
+
+            with stop_jobs_on_interrupt(jobs):
+                for job in jobs:
+                    try:
+                        job.result()
+                    except Exception as error:
+                        text = str(error).strip()
+                        log.error("tuning worker %s failed: %s", job.job_id, text.splitlines()[-1] if text else error)
     study = optuna.load_study(study_name=spec.study_name, storage=make_storage(spec.storage))
     counts = {state: sum(1 for t in study.trials if t.state.name == state)
               for state in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")}

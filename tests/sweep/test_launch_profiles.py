@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -154,3 +155,33 @@ def test_graceful_requeue_raises_requeued_when_submitit_requeues():
         assert interrupted_status(SystemExit(-1)) == interrupted_status(RuntimeError()) == "failed"
     finally:
         signal.signal(signal.SIGUSR2, previous)
+
+
+class _FakeJob:
+    def __init__(self, job_id: str, finished: bool) -> None:
+        self.job_id, self.finished, self.cancelled = job_id, finished, False
+
+    def done(self) -> bool:
+        return self.finished
+
+    def cancel(self) -> None:
+        self.cancelled = self.finished = True
+
+
+def test_an_interrupt_while_waiting_cancels_only_the_jobs_still_running():
+    finished, running = _FakeJob("1", finished=True), _FakeJob("2", finished=False)
+    with pytest.raises(KeyboardInterrupt), launch.stop_jobs_on_interrupt([finished, running], grace_seconds=1):
+        raise KeyboardInterrupt
+    assert (finished.cancelled, running.cancelled) == (False, True)
+
+
+def test_sigterm_while_waiting_is_an_interrupt_and_the_handler_is_restored_after():
+    before = signal.getsignal(signal.SIGTERM)
+    running = _FakeJob("7", finished=False)
+    with pytest.raises(KeyboardInterrupt, match="signal 15"), launch.stop_jobs_on_interrupt([running], grace_seconds=1):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler interrupts this at once
+    assert running.cancelled
+    assert signal.getsignal(signal.SIGTERM) is before
+    with launch.stop_jobs_on_interrupt([running]):  # an uninterrupted wait touches nothing
+        pass

@@ -11,13 +11,13 @@ level and distinct set of dependencies (capped by the profile's ``array_parallel
 ``--dependency=afterok`` on the jobs it needs, so ``kdbench sweep`` returns after submitting and the
 sweep runs without it (``--wait`` follows it to the end). A run whose ``result.json`` says
 ``completed`` is not submitted again, nor is a run whose recorded job Slurm still has queued or
-running, so re-running a sweep, even while it runs, submits exactly the missing cells. The debug
-and local executors have no dependencies: they run level after level, waiting for each
+running, so re-running a sweep, even while it runs, submits exactly the missing cells. The debug and
+local executors have no dependencies: they run level after level, waiting for each
 (:func:`run_sweep`); stopping a local sweep's driver (Ctrl-C, ``kill``) stops its worker processes
-too and records their unfinished runs ``cancelled``. Job-side state (pending with the job id / running / requeued / failed /
-blocked, with the error) is written to ``<output>/.kdbench-sweep/state/<run>.json``; ``kdbench
-status`` merges it with the result records (the source of truth) and, for Slurm jobs, with
-``squeue``/``sacct``.
+too and records their unfinished runs ``cancelled``. Job-side state (pending with the job id /
+running / requeued / failed / blocked, with the error) is written to
+``<output>/.kdbench-sweep/state/<run>.json``; ``kdbench status`` merges it with the result records
+(the source of truth) and, for Slurm jobs, with ``squeue``/``sacct``.
 
 This module imports neither torch nor transformers at module level (the CLI imports it).
 """

@@ -520,7 +520,7 @@ def run_tune(spec: TuneSpec, trials: int, workers: int = 1, executor_kind: str =
         for request in requests:
             TuneWorker()(request)
     elif requests or live:
-        from kdbench.launch import make_executor
+        from kdbench.launch import make_executor, stop_jobs_on_interrupt
 
         jobs = []
         if requests:
@@ -542,8 +542,6 @@ def run_tune(spec: TuneSpec, trials: int, workers: int = 1, executor_kind: str =
                 log.error("tuning workers that did not end well: %s",
                           ", ".join(f"{job} {state or 'CANCELLED (before it started)'}" for job, state in failed.items()))
         else:
-            from kdbench.launch import stop_jobs_on_interrupt
-
             with stop_jobs_on_interrupt(jobs):
                 for job in jobs:
                     try:

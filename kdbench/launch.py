@@ -53,7 +53,7 @@ import shlex
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -181,21 +181,31 @@ def make_executor(kind: str, folder: str | os.PathLike[str], profile: str | dict
 
 
 @contextlib.contextmanager
-def stop_jobs_on_interrupt(jobs: Sequence[Any], grace_seconds: float = 30.0) -> Iterator[None]:
-    """Wait on submitted jobs inside this block: if the waiting process is interrupted (Ctrl-C, or
-    SIGTERM, which here raises ``KeyboardInterrupt`` as Ctrl-C does), cancel every job still running
-    (local jobs: SIGINT, then SIGKILL, to their tasks), wait up to ``grace_seconds`` for them to end,
-    and re-raise. Ctrl-C at a terminal reaches local workers anyway (the whole process group gets it),
-    but ``kill`` and schedulers signal the driver alone, and its local workers would otherwise train
-    on unseen, holding the machine and their run folders. SIGTERM is only caught in the main thread."""
-    previous = None
+def stop_jobs_on_interrupt(grace_seconds: float = 30.0) -> Iterator[list[Any]]:
+    """Submit jobs and wait on them inside this block; it yields a list to which the caller adds each
+    job as it is submitted. If the waiting process is interrupted (Ctrl-C, or SIGTERM, which here
+    raises ``KeyboardInterrupt`` as Ctrl-C does), every job still running is cancelled (a local job:
+    SIGINT to its worker, which passes it on and SIGKILLs its task a second later), waited on for up
+    to ``grace_seconds``, then killed with its whole process tree if it still runs, and the interrupt
+    re-raised.
+
+    Ctrl-C at a terminal reaches local workers anyway (the whole process group gets it), but ``kill``
+    and schedulers signal the driver alone, and its local workers would otherwise train on unseen,
+    holding the machine and their run folders. A driver started in the background of a script (``&``,
+    ``nohup``) inherits SIGINT *ignored*, and so would the workers it starts, making a local cancel a
+    no-op: while the block is open SIGINT raises ``KeyboardInterrupt`` again, so the workers submitted
+    inside it take SIGINT's default. Signal handlers can be set in the main thread only."""
+    jobs: list[Any] = []
+    restore: list[tuple[int, Any]] = []
     if threading.current_thread() is threading.main_thread():
         def interrupt(signum: int, frame: Any) -> None:
             raise KeyboardInterrupt(f"signal {signum}")
 
-        previous = signal.signal(signal.SIGTERM, interrupt)
+        restore.append((signal.SIGTERM, signal.signal(signal.SIGTERM, interrupt)))
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            restore.append((signal.SIGINT, signal.signal(signal.SIGINT, signal.default_int_handler)))
     try:
-        yield
+        yield jobs
     except KeyboardInterrupt:
         live = [job for job in jobs if not job.done()]
         for job in live:
@@ -203,13 +213,53 @@ def stop_jobs_on_interrupt(jobs: Sequence[Any], grace_seconds: float = 30.0) -> 
         deadline = time.monotonic() + grace_seconds
         while any(not job.done() for job in live) and time.monotonic() < deadline:
             time.sleep(0.2)
+        for job in live:
+            if not job.done():
+                _kill_local_job(job)
         if live:
             print(f"[kdbench] interrupted: stopped {len(live)} job(s): {', '.join(str(j.job_id) for j in live)}",
                   flush=True)
         raise
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in reversed(restore):
+            signal.signal(signum, handler)
+
+
+def _kill_local_job(job: Any) -> None:
+    """SIGKILL a local job's worker process and every process under it (its tasks, their children);
+    a Slurm job has no local process (``scancel`` is its cancel), and is left alone."""
+    process = getattr(job, "_process", None)  # submitit.local.LocalJob keeps its worker's Popen here
+    if process is None or process.poll() is not None:
+        return
+    for pid in [*_descendants(process.pid), process.pid]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    process.wait()
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` in the process tree, deepest first, read from ``/proc``
+    (empty where there is no ``/proc``)."""
+    children: dict[int, list[int]] = {}
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat[stat.rindex(")") + 2:].split()[1])  # after "pid (comm) state": the ppid
+        children.setdefault(parent, []).append(int(entry.name))
+    found: list[int] = []
+    stack = list(children.get(pid, []))
+    while stack:
+        child = stack.pop()
+        found.append(child)
+        stack.extend(children.get(child, []))
+    return found[::-1]
 
 
 def init_distributed(backend: str | None = None, init_process_group: bool = False):

@@ -424,14 +424,14 @@ def _run_local_workers(sweep: Sweep, todo: list[SweepRun], prof: dict[str, Any],
     for requests in series:
         for request in requests:
             _write_state(Path(request.state_file), PENDING)
-    with executor.batch():
-        jobs = [executor.submit(RunSeries(), requests) for requests in series]
-    for share, requests, job in zip(shares, series, jobs):
-        for request in requests:
-            _write_state(Path(request.state_file), PENDING, job_id=str(job.job_id))
-        _record_submission(sweep, [r.name for r in share], [str(job.job_id)] * len(share), "local")
     try:
-        with stop_jobs_on_interrupt(jobs):
+        with stop_jobs_on_interrupt() as jobs:
+            with executor.batch():
+                jobs.extend(executor.submit(RunSeries(), requests) for requests in series)
+            for share, requests, job in zip(shares, series, jobs):
+                for request in requests:
+                    _write_state(Path(request.state_file), PENDING, job_id=str(job.job_id))
+                _record_submission(sweep, [r.name for r in share], [str(job.job_id)] * len(share), "local")
             for share, job in zip(shares, jobs):
                 try:
                     job.result()

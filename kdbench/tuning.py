@@ -498,6 +498,23 @@ def _wait_for_slurm_jobs(job_ids: list[str], poll_seconds: float) -> dict[str, s
         time.sleep(poll_seconds)
 
 
+def _submit_tuning_workers(spec: TuneSpec, requests: list[WorkerRequest], executor_kind: str, output: Path,
+                           profile: str | dict[str, Any] | None) -> list[Any]:
+    """Submit one tuning worker job per request (none when there is none) and say so."""
+    if not requests:
+        return []
+    from kdbench.launch import make_executor
+
+    executor = make_executor(executor_kind, output / ".submitit", profile)
+    if executor_kind == "slurm":
+        executor.update_parameters(name=f"kdbench-tune-{spec.study_name}")
+    with executor.batch():
+        jobs = [executor.submit(TuneWorker(), request) for request in requests]
+    print(f"[kdbench] {len(jobs)} tuning worker(s) submitted ({executor_kind}): "
+          f"{', '.join(str(j.job_id) for j in jobs)}", flush=True)
+    return jobs
+
+
 def run_tune(spec: TuneSpec, trials: int, workers: int = 1, executor_kind: str = INLINE,
              profile: str | dict[str, Any] | None = None, poll_seconds: float = 5.0) -> TuneResult:
     """Run the study to ``trials`` finished trials; raise :class:`TuningIncompleteError` (after
@@ -520,18 +537,19 @@ def run_tune(spec: TuneSpec, trials: int, workers: int = 1, executor_kind: str =
         for request in requests:
             TuneWorker()(request)
     elif requests or live:
-        from kdbench.launch import make_executor, stop_jobs_on_interrupt
+        from kdbench.launch import stop_jobs_on_interrupt
 
-        jobs = []
-        if requests:
-            executor = make_executor(executor_kind, output / ".submitit", profile)
-            if executor_kind == "slurm":
-                executor.update_parameters(name=f"kdbench-tune-{spec.study_name}")
-            with executor.batch():
-                jobs = [executor.submit(TuneWorker(), request) for request in requests]
-            print(f"[kdbench] {len(jobs)} tuning worker(s) submitted ({executor_kind}): "
-                  f"{', '.join(str(j.job_id) for j in jobs)}", flush=True)
-        if executor_kind == "slurm":
+        if executor_kind != "slurm":
+            with stop_jobs_on_interrupt() as jobs:
+                jobs.extend(_submit_tuning_workers(spec, requests, executor_kind, output, profile))
+                for job in jobs:
+                    try:
+                        job.result()
+                    except Exception as error:
+                        text = str(error).strip()
+                        log.error("tuning worker %s failed: %s", job.job_id, text.splitlines()[-1] if text else error)
+        else:
+            jobs = _submit_tuning_workers(spec, requests, executor_kind, output, profile)
             from kdbench.records import write_json_atomic
 
             job_ids = [*live, *(str(job.job_id) for job in jobs)]
@@ -541,14 +559,6 @@ def run_tune(spec: TuneSpec, trials: int, workers: int = 1, executor_kind: str =
             if failed:
                 log.error("tuning workers that did not end well: %s",
                           ", ".join(f"{job} {state or 'CANCELLED (before it started)'}" for job, state in failed.items()))
-        else:
-            with stop_jobs_on_interrupt(jobs):
-                for job in jobs:
-                    try:
-                        job.result()
-                    except Exception as error:
-                        text = str(error).strip()
-                        log.error("tuning worker %s failed: %s", job.job_id, text.splitlines()[-1] if text else error)
     study = optuna.load_study(study_name=spec.study_name, storage=make_storage(spec.storage))
     counts = {state: sum(1 for t in study.trials if t.state.name == state)
               for state in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")}

@@ -3,9 +3,13 @@ the graceful-requeue callback (signal -> save at the next step -> hand over to s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -170,7 +174,8 @@ class _FakeJob:
 
 def test_an_interrupt_while_waiting_cancels_only_the_jobs_still_running():
     finished, running = _FakeJob("1", finished=True), _FakeJob("2", finished=False)
-    with pytest.raises(KeyboardInterrupt), launch.stop_jobs_on_interrupt([finished, running], grace_seconds=1):
+    with pytest.raises(KeyboardInterrupt), launch.stop_jobs_on_interrupt(grace_seconds=1) as jobs:
+        jobs.extend([finished, running])
         raise KeyboardInterrupt
     assert (finished.cancelled, running.cancelled) == (False, True)
 
@@ -178,10 +183,71 @@ def test_an_interrupt_while_waiting_cancels_only_the_jobs_still_running():
 def test_sigterm_while_waiting_is_an_interrupt_and_the_handler_is_restored_after():
     before = signal.getsignal(signal.SIGTERM)
     running = _FakeJob("7", finished=False)
-    with pytest.raises(KeyboardInterrupt, match="signal 15"), launch.stop_jobs_on_interrupt([running], grace_seconds=1):
+    with pytest.raises(KeyboardInterrupt, match="signal 15"), launch.stop_jobs_on_interrupt(grace_seconds=1) as jobs:
+        jobs.append(running)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # the handler interrupts this at once
     assert running.cancelled
     assert signal.getsignal(signal.SIGTERM) is before
-    with launch.stop_jobs_on_interrupt([running]):  # an uninterrupted wait touches nothing
-        pass
+    with launch.stop_jobs_on_interrupt() as jobs:  # an uninterrupted wait touches nothing
+        jobs.append(running)
+
+
+def test_an_ignored_sigint_is_an_interrupt_inside_the_block_and_ignored_again_after():
+    """A driver started with ``&`` from a script inherits SIGINT ignored; its local workers, started
+    inside the block, must not inherit that, or a local cancel (SIGINT) could not stop them."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with launch.stop_jobs_on_interrupt():
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            code = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+            worker = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+            assert worker.stdout.strip() == "True"
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _is_gone(pid: int) -> bool:
+    try:
+        return "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table from /proc")
+def test_a_job_deaf_to_its_cancel_is_killed_with_every_process_under_it():
+    """The worker and its task both ignore SIGINT and SIGTERM, as a local job started from a
+    background driver did: after the grace period the whole tree is SIGKILLed, not only the worker."""
+    deaf = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    task = deaf + "import time; time.sleep(600)"
+    worker = deaf + f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {task!r}]).wait()"
+    process = subprocess.Popen([sys.executable, "-c", worker])
+
+    class DeafJob(_FakeJob):
+        _process = process
+
+        def done(self) -> bool:
+            return process.poll() is not None
+
+        def cancel(self) -> None:
+            process.send_signal(signal.SIGINT)
+
+    try:
+        deadline = time.monotonic() + 30
+        while not launch._descendants(process.pid):
+            assert time.monotonic() < deadline, "the worker never started its task"
+            time.sleep(0.1)
+        [task_pid] = launch._descendants(process.pid)
+        with pytest.raises(KeyboardInterrupt), launch.stop_jobs_on_interrupt(grace_seconds=1) as jobs:
+            jobs.append(DeafJob("9", finished=False))
+            raise KeyboardInterrupt
+        assert process.returncode == -signal.SIGKILL
+        deadline = time.monotonic() + 10
+        while not _is_gone(task_pid):
+            assert time.monotonic() < deadline, f"the worker's task {task_pid} survived"
+            time.sleep(0.1)
+    finally:
+        for pid in [*launch._descendants(process.pid), process.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

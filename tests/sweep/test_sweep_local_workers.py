@@ -67,11 +67,19 @@ def _live_processes_mentioning(text: str) -> list[int]:
     return found
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.mark.integration
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table from /proc")
-def test_killing_a_local_sweep_stops_its_worker(tmp_path, tiny_models):
+@pytest.mark.parametrize("started_in_background", [False, True], ids=["foreground", "background"])
+def test_killing_a_local_sweep_stops_its_worker(tmp_path, tiny_models, started_in_background):
     """`kill` (SIGTERM) reaches the sweep's driver alone, not its worker processes: the driver must stop
-    them, not leave a training running unseen, and record the run cancelled (a rerun resumes it)."""
+    them, not leave a training running unseen, and record the run cancelled (a rerun resumes it).
+
+    ``background``: a driver started with ``&`` from a script (or by ``nohup``) inherits SIGINT
+    ignored, and so would its workers, which submitit's local cancel (SIGINT) would then not stop."""
     from kdbench.sweep import expand, sweep_status
 
     folder = tmp_path / "sw"
@@ -85,7 +93,8 @@ def test_killing_a_local_sweep_stops_its_worker(tmp_path, tiny_models):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     with open(tmp_path / "driver.log", "w") as log:
         driver = subprocess.Popen([sys.executable, "-m", "kdbench", "sweep", str(spec_path), "--executor", "local"],
-                                  stdout=log, stderr=subprocess.STDOUT, env=env)
+                                  stdout=log, stderr=subprocess.STDOUT, env=env,
+                                  preexec_fn=_ignore_sigint if started_in_background else None)
     try:
         deadline = time.monotonic() + 240
         while not (train_log.is_file() and " step " in train_log.read_text()):

@@ -23,12 +23,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from kdbench.claims import Claim
 from kdbench.config import ConfigError
+
+if TYPE_CHECKING:
+    from kdbench.tables.plan import StudyPlan
 
 TEACHER_MODEL = "minilm-l6"
 WIDE_STUDENT = "teacher-3l"
@@ -124,6 +127,8 @@ class Row:
     upstream_name: str | None = None  # rows with one upstream share its stage by naming it (default: LABEL-pretrain)
     augmented: bool = False  # train on the task's augmented training set (TinyBERT's DA) instead of its own
     tasks: tuple[str, ...] | None = None  # the only tasks the row runs on (None: every task of its table)
+    not_run_reason: str = ""  # with ``tasks``: why the row runs none of the table's other tasks
+    paper_row: str | None = None  # the key of the paper table's row it fills (None: its label)
 
     @property
     def stage(self) -> str:
@@ -154,22 +159,25 @@ def cross_method_rows() -> list[Row]:
             Row(f"tinybert-td-{tag}", "tinybert", {**init}),
         ]
         if student == WIDE_STUDENT:  # the patient and cosine losses compare hidden vectors of one width
-            rows += [  # BERT-PKD distils [CLS] vectors: its plug-in takes classification and regression heads
-                Row(f"pkd-skip-{tag}", "pkd", {**init, "strategy": "skip"}, tasks=GLUE_TASKS),
-                Row(f"pkd-last-{tag}", "pkd", {**init, "strategy": "last"}, tasks=GLUE_TASKS),
-                Row(f"distilbert-{tag}", "distilbert", {**init, "student_layers": "every-other"}),
-            ]
+            rows += [
+                Row(f"pkd-{strategy}-{tag}", "pkd", {**init, "strategy": strategy}, tasks=GLUE_TASKS,
+                    not_run_reason=PKD_TASKS_REASON, paper_row=f"pkd-{strategy}") for strategy in ("skip", "last")]
+            rows.append(Row(f"distilbert-{tag}", "distilbert", {**init, "student_layers": "every-other"}))
     # Rows that start from a corpus stage, shared with the tables that study them: TinyBERT's GD then
     # TD, without and with DA (tinybert-procedures' GD stage and its TinyBERT4 row, the same cells),
     # and MobileBERT's progressive transfer then fine-tuning (mobilebert-strategies' PKT stage).
     rows += [
         Row(GD_TD_LABEL, "tinybert", upstream=_general_distillation(), upstream_name=GENERAL_DISTILLATION),
         Row("tinybert4", "tinybert", upstream=_general_distillation(), upstream_name=GENERAL_DISTILLATION,
-            augmented=True, tasks=GLUE_TASKS),  # kdbench augment rewrites sentence(-pair) rows, not SQuAD's
+            augmented=True, tasks=GLUE_TASKS, not_run_reason=AUGMENTATION_TASKS_REASON),
         Row("mobilebert-pkt", "finetune", upstream=_mobilebert_transfer(_PROGRESSIVE), upstream_name="pkt-pretrain"),
     ]
     return rows
 
+
+PKD_TASKS_REASON = "BERT-PKD's plug-in distils [CLS] vectors into classification and regression heads, not a span head"
+AUGMENTATION_TASKS_REASON = ("kdbench augment rewrites sentence and sentence-pair rows, not SQuAD's passages and "
+                             "answer spans (TinyBERT's augmentation script covers GLUE only)")
 
 TINYBERT_OBJECTIVES = ("embd", "pred", "trm", "attn", "hidn")  # TinyBERT Table 3: each switched off in turn
 TINYBERT_ABLATION_TASKS = ("cola", "sst2", "mrpc", "rte")
@@ -179,15 +187,17 @@ def tinybert_objective_rows() -> list[Row]:
     """TinyBERT's Table 3 at mini scale: task distillation (no GD, no DA) into the narrow student,
     with each objective switched off in turn; the full row is table 1's (shared runs)."""
     init = _student_keys(NARROW_STUDENT)
-    return [Row("tinybert-td-3l-192", "tinybert", {**init})] + [
-        Row(f"tinybert-td-3l-192-wo-{name}", "tinybert", {**init, f"no_{name}": True}) for name in TINYBERT_OBJECTIVES]
+    return [Row("tinybert-td-3l-192", "tinybert", {**init}, paper_row="tinybert4")] + [
+        Row(f"tinybert-td-3l-192-wo-{name}", "tinybert", {**init, f"no_{name}": True}, paper_row=f"wo-{name}")
+        for name in TINYBERT_OBJECTIVES]
 
 
 def tinybert_mapping_rows() -> list[Row]:
     """TinyBERT's Table 4 at mini scale: uniform (table 1's row), top and bottom layer mappings, 6 -> 3."""
     init = _student_keys(NARROW_STUDENT)
-    return [Row("tinybert-td-3l-192", "tinybert", {**init})] + [
-        Row(f"tinybert-td-3l-192-{mapping}", "tinybert", {**init, "mapping": mapping}) for mapping in ("top", "bottom")]
+    return [Row("tinybert-td-3l-192", "tinybert", {**init}, paper_row="uniform")] + [
+        Row(f"tinybert-td-3l-192-{mapping}", "tinybert", {**init, "mapping": mapping}, paper_row=mapping)
+        for mapping in ("top", "bottom")]
 
 
 MLM_TEACHER = "teacher-mlm"  # the pre-trained teacher with its masked-LM head adapted on the corpus
@@ -225,7 +235,7 @@ def tinybert_procedure_rows() -> list[Row]:
             Row("wo-gd", "tinybert", {**_student_keys(NARROW_STUDENT)}, augmented=True),
             Row("wo-td", "tinybert", {"mode": "prediction"}, upstream=general, upstream_name=GENERAL_DISTILLATION,
                 augmented=True),
-            Row(GD_TD_LABEL, "tinybert", upstream=general, upstream_name=GENERAL_DISTILLATION)]
+            Row(GD_TD_LABEL, "tinybert", upstream=general, upstream_name=GENERAL_DISTILLATION, paper_row="wo-da")]
 
 
 GENERAL_DISTILLATION = "general-distillation"
@@ -605,26 +615,48 @@ def render(table: str, records: Path, out: Path) -> Path:
     the paired seed difference and its verdict against seed noise."""
     from kdbench import tables
 
-    text = tables.render(tables.build_table(PAPER_TABLES[table], records), "markdown")
+    text = tables.render(tables.build_table(PAPER_TABLES[table], records, plan=study_plan(table)), "markdown")
     text += f"\n- {MINI_SCALE_NOTE}\n"
     if table == "tinybert-procedures":
         text += (f"- ours: DA with {MINI.augmentation_variants} variants per example (paper: 20), GD on the study's "
                  "GLUE corpus; w/o TD = GD, then prediction distillation alone\n")
-    missing = not_run_rows(table, records)
-    if missing:
-        text += f"- rows with no completed run yet (each task is listed in claims.md): {', '.join(missing)}\n"
     out.write_text(text)
     render_claims(table, records, out.parent / "claims.md")
     return out
 
 
-def not_run_rows(table: str, records: Path) -> list[str]:
-    """The labels of the table's rows no completed record carries."""
-    from kdbench.records import load_records
+# Why the study leaves out the tasks and rows its tables have no cells for (the "–" of an ours row).
+TASKS_LEFT_OUT = ("MNLI, QQP and QNLI have no training set on the offline machines the study ran on, and at "
+                  "105,000-393,000 pairs a cell would cost 6-25x an SST-2 cell of the study (16,000 rows) on 2 CPU "
+                  "cores; BERT-style models stay at WNLI's majority class, so it separates no method; the papers' "
+                  "BERT-large and BERT-base reference rows have no counterpart at mini scale")
+TABLE_TASKS_WHY: dict[str, str] = {  # why a table runs fewer of the study's tasks than it has columns for
+    "mobilebert-strategies": "SQuAD runs in table 1 only (a cell costs several SST-2 cells on 2 CPU cores)",
+    "mobilebert-objectives": "SQuAD runs in table 1 only (a cell costs several SST-2 cells on 2 CPU cores)",
+}
+PENDING_WHERE = ("what is left, in order and with its cost on 2 CPU cores: results/reproduction/README.md, "
+                 "'Order of work for the next sessions'")
 
-    frame = load_records(records, include_failed=False) if records.is_dir() else None
-    done = set(frame["label"].dropna()) if frame is not None and len(frame) and "label" in frame else set()
-    return [row.label for row in TABLE_ROWS[table]() if row.label not in done]
+
+def study_plan(table: str, scale: MiniScale = MINI) -> StudyPlan:
+    """What the study runs for ``table``: its rows (by the paper table's row keys; table 1's by label,
+    with the fine-tuned teachers as row ``teacher``), their tasks and seeds, and why the rest is not
+    run, so the rendered table marks every empty cell (:mod:`kdbench.tables.plan`)."""
+    from kdbench.tables.plan import PlannedRow, StudyPlan
+
+    tasks = table_tasks(table, scale)
+    cross_method = table == "cross-method"
+    rows = [PlannedRow(key=row.label if cross_method else row.paper_row or row.label,
+                       tasks=tuple(task.name for task in tasks if row.runs_on(task.name)), method=row.method,
+                       student=row.stage if row.upstream else str(row.keys.get("student", "")),
+                       teacher="teacher" if _needs_task_teacher(row) else "", not_run_reason=row.not_run_reason)
+            for row in TABLE_ROWS[table]()]
+    if cross_method:  # the fine-tuned teachers are a row of table 1, one seed each
+        rows.append(PlannedRow(key="teacher", tasks=tuple(task.name for task in tasks), method="finetune",
+                               student=TEACHER_MODEL, seeds=1))
+    left_out = "; ".join(filter(None, (TABLE_TASKS_WHY.get(table), TASKS_LEFT_OUT)))
+    return StudyPlan(tuple(rows), seeds={task.name: len(task.seeds) for task in tasks}, not_in_study=left_out,
+                     pending_where=PENDING_WHERE)
 
 
 def paper_metrics(table: str) -> dict[str, str]:

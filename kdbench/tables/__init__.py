@@ -8,7 +8,8 @@ LaTeX, CSV or HTML; ``kdbench list tables`` names the specs (every file in ``res
 One module per concern: :mod:`~kdbench.tables.specs` (the spec schema and loading, through the
 typed :func:`kdbench.config.from_mapping`), :mod:`~kdbench.tables.published` (the papers' CSVs),
 :mod:`~kdbench.tables.matching` (runs to rows), :mod:`~kdbench.tables.building` (cells, averages,
-footnotes) and :mod:`~kdbench.tables.rendering` (Markdown, LaTeX, CSV, HTML).
+footnotes), :mod:`~kdbench.tables.plan` (why an empty cell is empty) and
+:mod:`~kdbench.tables.rendering` (Markdown, LaTeX, CSV, HTML).
 
 Spec fields
 -----------
@@ -62,8 +63,11 @@ Published cells are printed as in the paper (``†`` marks an ``uncertain`` tran
 cells: all completed runs of the row and column task; several runs with the **same seed** are a
 hyper-parameter sweep, of which the best dev score is kept (the papers pick on dev); then the mean
 over seeds, shown as ``mean ± std`` (sample std) when more than one seed ran. A missing cell is
-``–``, never 0. A measured average uses the same ``over`` columns as the paper and exists only
-when every one of them was measured.
+``–``, never 0; given the :class:`~kdbench.tables.plan.StudyPlan` of the study the runs belong to
+(``kdbench reproduce`` passes one), an empty measured cell says why it is empty instead: ``pending``,
+``n/a`` or ``–`` (not in the study), each explained in a footnote, and a cell measured on fewer seeds
+than planned shows ``[n/N]``. A measured average uses the same ``over`` columns as the paper and
+exists only when every one of them was measured.
 
 Average conventions (checked by the tests):
 TinyBERT v5 Table 1 -- mean of the 9 printed test columns (MNLI-m and -mm both, QQP F1, STS-B

@@ -13,10 +13,11 @@ from typing import Any
 
 from kdbench.evaluations import describe_rules, reselect
 from kdbench.tables.matching import assign_rows, canonical_method, normalise
+from kdbench.tables.plan import MISSING, MarkLog, StudyPlan
 from kdbench.tables.published import PublishedValue, check_rows_exist, published_cell, read_published
-from kdbench.tables.specs import MAIN_METRICS, CrossMethodSpec, PaperAverage, RowSpec, TableError, TableSpec, load_spec
+from kdbench.tables.specs import (MAIN_METRICS, ColumnSpec, CrossMethodSpec, PaperAverage, RowSpec, TableError, TableSpec,
+                                  load_spec)
 
-MISSING = "–"  # an en dash: never 0
 UNCERTAIN_MARK = "†"
 REFERENCE = "ref"  # the row a difference column (``average.relative_to``) is measured from
 
@@ -222,18 +223,26 @@ def _describe_run(run: Mapping[str, Any]) -> str:
 
 
 def build_table(name: str | TableSpec | CrossMethodSpec, runs: Any = None, *, latency: bool = False,
-                measurer: Measurer | None = None) -> Table:
+                measurer: Measurer | None = None, plan: StudyPlan | None = None) -> Table:
     """Build table ``name`` from the published numbers and ``runs`` (a runs folder, a list of
-    folders, a records DataFrame or None for the published numbers alone)."""
+    folders, a records DataFrame or None for the published numbers alone). With the ``plan`` of the
+    study the runs belong to, every empty measured cell says why it is empty
+    (:mod:`kdbench.tables.plan`), and a cross-method table shows the planned rows and tasks no run
+    has reached yet."""
     spec = load_spec(name) if isinstance(name, str) else name
     frame = _load_runs(runs)
     measurer = measurer or Measurer(seq_len=spec.seq_len, latency=latency)
     if isinstance(spec, CrossMethodSpec):
-        return _build_cross_method(spec, frame, measurer)
-    return _build_paper_table(spec, frame, measurer)
+        return _build_cross_method(spec, frame, measurer, plan)
+    return _build_paper_table(spec, frame, measurer, plan)
 
 
-def _build_paper_table(spec: TableSpec, runs, measurer: Measurer) -> Table:
+def _column_task(column: ColumnSpec) -> str | None:
+    """The kdbench task of a column's measured cells (its first alternative), None for a measure."""
+    return normalise(column.run[0][0]) if column.run else None
+
+
+def _build_paper_table(spec: TableSpec, runs, measurer: Measurer, plan: StudyPlan | None) -> Table:
     check_rows_exist(spec)
     by_row, unmatched = assign_rows(spec, runs)
     rules = spec.evaluation_rules()
@@ -244,6 +253,7 @@ def _build_paper_table(spec: TableSpec, runs, measurer: Measurer) -> Table:
     headers = [c.header for c in spec.columns] + ([spec.average.header] if spec.average else [])
     table = Table(spec.name, spec.title, ["Model", "Source", *headers], [])
     partial: dict[str, list[str]] = {}  # row -> the columns its measured difference averages, when not all
+    marks = MarkLog(plan) if plan else None
     for row in spec.rows:
         if row.model is not None:
             cells = [_published_text(published_cell(spec, row, c.task, c.metric)) for c in spec.columns]
@@ -253,9 +263,13 @@ def _build_paper_table(spec: TableSpec, runs, measurer: Measurer) -> Table:
         cells = []
         for col in spec.columns:
             measured = per_seed[row.key][col.header].summary()
+            task = _column_task(col)
             if measured is not None:
                 table.measured[(row.display, col.header)] = measured
-            cells.append(measured.format(col.decimals) if measured else MISSING)
+                cells.append(measured.format(col.decimals) + (marks.measured(row.key, task, measured.n)
+                                                             if marks and task else ""))
+            else:
+                cells.append(marks.empty(row.key, task) if marks and task else MISSING)
         if spec.average and spec.average.relative_to == row.key:
             cells.append(REFERENCE)
         elif spec.average:
@@ -266,7 +280,10 @@ def _build_paper_table(spec: TableSpec, runs, measurer: Measurer) -> Table:
                     partial[row.display] = over
             cells.append(average.format(1, signed=spec.average.relative_to is not None) if average else MISSING)
         table.rows.append([row.display, "ours", *cells])
-    table.notes.extend(_notes(spec, runs, unmatched))
+    table.notes.extend(_notes(spec, runs, unmatched, planned=plan is not None))
+    if marks:
+        table.notes.extend(marks.notes())
+        table.notes.extend(_average_out_of_plan(spec, marks.plan))
     evaluation_note = describe_rules(rules)
     if evaluation_note:
         table.notes.append(evaluation_note)
@@ -311,6 +328,19 @@ def _measured_average(spec: TableSpec, row: RowSpec,
     return Measured(sum(m.mean for m in means) / len(means), None, min(m.n for m in means)), list(average.over)
 
 
+def _average_out_of_plan(spec: TableSpec, plan: StudyPlan) -> list[str]:
+    """A footnote when the study can never fill the measured average: it runs none of some columns
+    the paper averages over."""
+    average = spec.average
+    if average is None or average.relative_to is not None or not average.recompute:
+        return []
+    outside = [c.header for c in spec.columns if c.header in average.over and _column_task(c) not in plan.seeds]
+    if not outside:
+        return []
+    return [f"ours: {average.header} stays {MISSING}: the paper averages {', '.join(outside)} too, which the study does "
+            "not run"]
+
+
 def _difference_note(spec: TableSpec, partial: Mapping[str, list[str]]) -> str:
     average = spec.average
     reference = next(r.display for r in spec.rows if r.key == average.relative_to)
@@ -332,12 +362,13 @@ def _note_selection(table: Table) -> None:
                            + (" ..." if len(selected) > 6 else ""))
 
 
-def _notes(spec: TableSpec, runs, unmatched: list[int]) -> list[str]:
+def _notes(spec: TableSpec, runs, unmatched: list[int], planned: bool = False) -> list[str]:
     notes = []
     if spec.note:
         notes.append(spec.note)
+    empty = "not reported (paper)" if planned else "not reported / not run"
     notes.append(f"paper: {spec.published} (results/published); ours: dev metrics of kdbench runs, "
-                 f"mean ± std over seeds; {MISSING} = not reported / not run; {UNCERTAIN_MARK} = uncertain "
+                 f"mean ± std over seeds; {MISSING} = {empty}; {UNCERTAIN_MARK} = uncertain "
                  "transcription (see the CSV's note)")
     if any(c.measure for c in spec.columns):
         notes.append(f"ours' size/speed: kdbench.measure on the run's model config at sequence length "
@@ -425,7 +456,7 @@ def _exported_roles(path: str, mtime_ns: int) -> dict[str, str]:
     return json.loads(Path(path).read_text())
 
 
-def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer) -> Table:
+def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer, plan: StudyPlan | None) -> Table:
     import pandas as pd
 
     completed = runs[runs["status"] == "completed"] if len(runs) and "status" in runs else pd.DataFrame()
@@ -434,57 +465,72 @@ def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer) -> Tabl
         has_column = completed["task"].map(lambda task: normalise(task) in spec.tasks)
         completed, without_column = completed[has_column], completed[~has_column]
     present = set(completed["task"].map(normalise)) if len(completed) else set()
+    if plan:
+        present |= set(plan.seeds)
     tasks = [t for t in spec.tasks if t in present or (t == "mnli-mm" and "mnli" in present)]
     headers = [MAIN_METRICS[t][0] for t in tasks]
     avg_over = [MAIN_METRICS[t][0] for t in spec.glue_average_over if t in tasks]
     header = ["Method", "Student", "Teacher", *headers, "Avg (ours)", "Paper avg", "Params (M)", "FLOPs (G)",
               "Speed-up"]
     table = Table(spec.name, spec.title, header, [], label_columns=3)
-    if len(completed):
-        groups: dict[tuple[str, str, str, str], list[int]] = {}
-        for index, run in completed.iterrows():
-            label = run.get("label") if isinstance(run.get("label"), str) else ""
-            student = _model_role(run, "student") or _student_name(run)
-            key = (canonical_method(run.get("method")), student, label or "", _teacher_role(run))
-            groups.setdefault(key, []).append(index)
-        for (method, student, label, teacher), indices in sorted(groups.items()):
-            display = f"{method} [{label}]" if label else method
-            cells: list[str] = []
-            means: dict[str, Measured] = {}
-            for task in tasks:
-                metric = MAIN_METRICS[task][1]
-                alternatives = [("mnli", "acc_mm"), ("mnli-mm", "acc_mm")] if task == "mnli-mm" else [(task, metric)]
-                pairs = [(runs.loc[i].get("seed"), _run_metric(runs.loc[i], alternatives)) for i in indices]
-                m = aggregate([(s, v) for s, v in pairs if v is not None])
-                if m is not None:
-                    means[MAIN_METRICS[task][0]] = m
-                    table.measured[((display, student, teacher), MAIN_METRICS[task][0])] = m
-                cells.append(m.format(1) if m else MISSING)
-            if avg_over and all(h in means for h in avg_over):
-                avg = sum(means[h].mean for h in avg_over) / len(avg_over)
-                table.measured[((display, student, teacher), "Avg (ours)")] = Measured(avg, None, 1)
-                cells.append(f"{avg:.1f}")
+    marks = MarkLog(plan) if plan else None
+    groups: dict[tuple[str, str, str, str], list[int]] = {}
+    plan_keys: dict[tuple[str, str, str, str], str] = {}  # group -> its row's key in the plan
+    for index, run in completed.iterrows():
+        label = run.get("label") if isinstance(run.get("label"), str) else ""
+        student = _model_role(run, "student") or _student_name(run)
+        key = (canonical_method(run.get("method")), student, label or "", _teacher_role(run))
+        groups.setdefault(key, []).append(index)
+        plan_keys.setdefault(key, label or _own_role(run) or "")
+    if plan:  # the planned rows no run has reached yet
+        reached = {normalise(key) for key in plan_keys.values()}
+        for row in plan.rows:
+            if normalise(row.key) not in reached:
+                key = (canonical_method(row.method), row.student or MISSING, row.key, row.teacher or MISSING)
+                groups[key], plan_keys[key] = [], row.key
+    for (method, student, label, teacher), indices in sorted(groups.items()):
+        plan_key = plan_keys[(method, student, label, teacher)]
+        display = f"{method} [{label}]" if label else method
+        cells: list[str] = []
+        means: dict[str, Measured] = {}
+        for task in tasks:
+            metric = MAIN_METRICS[task][1]
+            alternatives = [("mnli", "acc_mm"), ("mnli-mm", "acc_mm")] if task == "mnli-mm" else [(task, metric)]
+            pairs = [(runs.loc[i].get("seed"), _run_metric(runs.loc[i], alternatives)) for i in indices]
+            m = aggregate([(s, v) for s, v in pairs if v is not None])
+            if m is not None:
+                means[MAIN_METRICS[task][0]] = m
+                table.measured[((display, student, teacher), MAIN_METRICS[task][0])] = m
+                cells.append(m.format(1) + (marks.measured(plan_key, task, m.n) if marks else ""))
             else:
-                cells.append(MISSING)
-            cells.append(_paper_average_text(spec.paper_averages.get(method)))
-            stats = [measurer.of_run(runs.loc[i]) for i in indices]
-            stats = next((s for s in stats if s), {})
-            for key, fmt in (("params_millions", "{:.1f}"), ("flops_billions", "{:.2f}"), ("speedup_x", "{:.1f}x"),
-                             ("latency_ms", None)):
-                value = stats.get(key)
-                if fmt is not None:
-                    cells.append(fmt.format(value) if value is not None else MISSING)
-                if value is not None:
-                    table.measured[((display, student, teacher), key)] = Measured(float(value), None, 1)
-            table.rows.append([display, student, teacher, *cells])
+                cells.append(marks.empty(plan_key, task) if marks else MISSING)
+        if avg_over and all(h in means for h in avg_over):
+            avg = sum(means[h].mean for h in avg_over) / len(avg_over)
+            table.measured[((display, student, teacher), "Avg (ours)")] = Measured(avg, None, 1)
+            cells.append(f"{avg:.1f}")
+        else:
+            cells.append(MISSING)
+        cells.append(_paper_average_text(spec.paper_averages.get(method)))
+        stats = [measurer.of_run(runs.loc[i]) for i in indices]
+        stats = next((s for s in stats if s), {})
+        for key, fmt in (("params_millions", "{:.1f}"), ("flops_billions", "{:.2f}"), ("speedup_x", "{:.1f}x"),
+                         ("latency_ms", None)):
+            value = stats.get(key)
+            if fmt is not None:
+                cells.append(fmt.format(value) if value is not None else MISSING)
+            if value is not None:
+                table.measured[((display, student, teacher), key)] = Measured(float(value), None, 1)
+        table.rows.append([display, student, teacher, *cells])
     if spec.note:
         table.notes.append(spec.note)
     table.notes.append(
         f"ours: dev metrics (MRPC/QQP F1, STS-B Spearman, CoLA MCC, SQuAD F1, others accuracy), mean ± std over "
         f"seeds; Avg (ours) = mean over {', '.join(avg_over) or 'no GLUE task'} (MNLI-m and -mm both counted), "
-        f"only when all were run; {MISSING} = not run")
+        f"only when all were run" + ("" if plan else f"; {MISSING} = not run"))
     table.notes.append(f"Params/FLOPs: kdbench.measure at sequence length {spec.seq_len}; Speed-up: measured "
                        "throughput ratio vs the run's teacher at batch 32 on this machine (only with --latency)")
+    if marks:
+        table.notes += marks.notes()
     if len(runs):
         table.notes += unfinished_notes(runs)
     if len(without_column):

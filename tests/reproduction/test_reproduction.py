@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kdbench.reproduce import SPEC_FOLDER, TABLE_ROWS, build_spec, records_folder, render
+from kdbench.reproduce import PAPER_TABLES, SPEC_FOLDER, TABLE_ROWS, build_spec, records_folder, render, study_plan
 
 TABLES = sorted(TABLE_ROWS)
 
@@ -27,6 +27,30 @@ def test_committed_records_rerender_to_the_committed_table(table, tmp_path):
     out = render(table, records, tmp_path / "table.md")
     assert out.read_text() == (committed.parent / "table.md").read_text()
     assert (tmp_path / "claims.md").read_text() == (committed.parent / "claims.md").read_text()
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_each_planned_row_is_the_paper_row_its_committed_records_land_in(table):
+    """A table marks a row's empty cells from the study's plan by the paper table's row key: a wrong
+    key would leave a pending row printed as out of the study, so the keys must be the rows the
+    committed records of each label are assigned to."""
+    from kdbench.records import load_records
+    from kdbench.tables import TableSpec, assign_rows, load_spec
+
+    spec = load_spec(PAPER_TABLES[table])
+    plan = study_plan(table)
+    if not isinstance(spec, TableSpec):  # table 1: rows are keyed by label
+        assert {row.key for row in plan.rows} == {row.label for row in TABLE_ROWS[table]()} | {"teacher"}
+        return
+    assert {row.key for row in plan.rows} <= {row.key for row in spec.rows}
+    records = records_folder(table)
+    frame = load_records(records, include_failed=False) if records.is_dir() else None
+    if frame is None or frame.empty:
+        return
+    key_of_label = {row.label: row.paper_row or row.label for row in TABLE_ROWS[table]()}
+    row_of_run = {i: key for key, indices in assign_rows(spec, frame)[0].items() for i in indices}
+    labelled = [i for i in frame.index if frame.loc[i, "label"] in key_of_label]
+    assert {i: row_of_run.get(i) for i in labelled} == {i: key_of_label[frame.loc[i, "label"]] for i in labelled}
 
 
 def test_cells_of_one_row_share_its_label_and_have_distinct_names():

@@ -60,7 +60,7 @@ def test_cells_of_one_row_share_its_label_and_have_distinct_names():
     rte_rows = {cell["label"] for cell in spec["cells"] if cell["task"] == "rte"}
     assert {"finetune-3l", "kd-3l", "pkd-skip-3l", "pkd-last-3l", "distilbert-3l", "tinybert-td-3l",
             "finetune-3l-192", "kd-3l-192", "tinybert-td-3l-192", "tinybert-gd-td-3l-192", "tinybert4",
-            "mobilebert-pkt"} == rte_rows
+            "pkt"} == rte_rows
     wide = next(cell for cell in spec["cells"] if cell["label"] == "kd-3l")
     # Students start from the pre-trained MiniLM, never from the fine-tuned teacher they are compared with.
     assert wide["student_init_from"] == "minilm-l6" and wide["teacher"] == f"${{teacher-{wide['task']}}}"
@@ -89,7 +89,8 @@ def test_pkd_table_runs_exactly_table_one_pkd_cells():
     assert len(pkd) == 2 * 23 and all(cell == cross[cell["name"]] for cell in pkd)
 
 
-@pytest.mark.parametrize("table", ["pkd-skip-last", "tinybert-objectives", "tinybert-mappings"])
+@pytest.mark.parametrize("table", ["pkd-skip-last", "tinybert-objectives", "tinybert-mappings", "tinybert-procedures",
+                                   "mobilebert-strategies"])
 def test_rows_shared_with_table_one_are_its_very_cells(table):
     cross = {cell["name"]: cell for cell in build_spec("cross-method")["cells"]}
     shared = [cell for cell in build_spec(table)["cells"] if cell["name"] in cross]
@@ -223,7 +224,7 @@ def test_squad_is_a_column_of_table_one_trained_on_dev_articles_and_scored_on_th
     assert build_spec("cross-method")["stages"]["teacher-squad"]["train_file"] == squad.train_file
     # BERT-PKD's plug-in takes no span head and kdbench augment no SQuAD rows: those rows skip the column
     assert not [name for name in cells if name.endswith("-squad-s1") and name.startswith(("pkd-", "tinybert4-"))]
-    assert {"finetune-3l-192-squad-s3", "kd-3l-squad-s1", "distilbert-3l-squad-s1", "mobilebert-pkt-squad-s1",
+    assert {"finetune-3l-192-squad-s3", "kd-3l-squad-s1", "distilbert-3l-squad-s1", "pkt-squad-s1",
             "tinybert-gd-td-3l-192-squad-s1"} <= set(cells)
     assert "squad" not in {c["task"] for t in ("pkd-skip-last", "distilbert-ablation", "tinybert-objectives")
                            for c in build_spec(t)["cells"]}

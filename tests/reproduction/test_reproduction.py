@@ -90,7 +90,7 @@ def test_pkd_table_runs_exactly_table_one_pkd_cells():
 
 
 @pytest.mark.parametrize("table", ["pkd-skip-last", "tinybert-objectives", "tinybert-mappings", "tinybert-procedures",
-                                   "mobilebert-strategies"])
+                                   "mobilebert-strategies", "mobilebert-objectives"])
 def test_rows_shared_with_table_one_are_its_very_cells(table):
     cross = {cell["name"]: cell for cell in build_spec("cross-method")["cells"]}
     shared = [cell for cell in build_spec(table)["cells"] if cell["name"] in cross]

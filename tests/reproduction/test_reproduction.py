@@ -97,6 +97,27 @@ def test_rows_shared_with_table_one_are_its_very_cells(table):
     assert shared and all(cell == cross[cell["name"]] for cell in shared)
 
 
+def test_no_two_tables_train_one_run_under_two_labels():
+    """A label is part of a run's folder name: cells of two tables that differ only in their label
+    would be trained twice (table 1's PKT row and Table 8's pkt, Table 9's PD + FMT + AT and Table 8's
+    pkt, TinyBERT Table 2's w/o DA and table 1's GD + TD all did once)."""
+    import json
+    import re
+
+    labels_of_run: dict[str, set[str]] = {}
+    for table in TABLES:
+        spec = build_spec(table)
+
+        def resolve(value, stages=spec["stages"]):
+            reference = re.fullmatch(r"\$\{(.+)\}", value) if isinstance(value, str) else None
+            return {key: resolve(v) for key, v in stages[reference.group(1)].items()} if reference else value
+
+        for cell in spec["cells"]:
+            run = {key: resolve(value) for key, value in cell.items() if key not in ("name", "label")}
+            labels_of_run.setdefault(json.dumps(run, sort_keys=True), set()).add(cell["label"])
+    assert [labels for labels in labels_of_run.values() if len(labels) > 1] == []
+
+
 def test_tinybert_ablations_switch_one_thing_off_on_four_tasks():
     cells = build_spec("tinybert-objectives")["cells"]
     assert {cell["task"] for cell in cells} == {"cola", "sst2", "mrpc", "rte"}

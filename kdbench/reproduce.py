@@ -527,7 +527,8 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
 
     A completed record already there from another training of the same config (another machine or
     session: a different ``created_at``) is kept, and named on standard error, unless ``supersede``:
-    records that read its model were trained on its weights, which a new training need not repeat."""
+    records that read its model were trained on its weights, which a new training need not repeat.
+    A run that did not complete never replaces a completed record, ``supersede`` or not."""
     import json
     import shutil
     import sys
@@ -549,6 +550,11 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
             continue
         fresh = json.loads(fresh_text)
         committed = json.loads(kept_text) if kept_text is not None else None
+        if committed and committed.get("status") == "completed" and fresh.get("status") != "completed":
+            # e.g. a stage retrained here and stopped half-way: never lose a finished result to it
+            print(f"[kdbench reproduce] kept {target}: the run in {run.run_dir} is {fresh.get('status')}, not "
+                  "completed; the completed record stays", file=sys.stderr, flush=True)
+            continue
         conflict = _other_training(fresh, committed)
         same_weights = conflict and _same_weights(fresh, committed)
         if same_weights:

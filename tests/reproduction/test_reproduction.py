@@ -395,6 +395,31 @@ def test_export_keeps_a_committed_record_of_another_training_unless_superseded(t
     assert (records / run_dir.name / "model" / "config.json").is_file()
 
 
+def test_an_unfinished_retraining_never_replaces_a_completed_record(tmp_path, capsys):
+    """A stage retrained on a new machine and stopped half-way (its record 'interrupted') must not
+    overwrite the committed completed record, even with --supersede-records."""
+    import json
+
+    from kdbench.reproduce import export_records, write_selection
+    from kdbench.sweep import expand, load_spec
+
+    output = tmp_path / "runs"
+    spec_path = write_selection(SPEC_FOLDER / "cross-method.yaml", ["teacher-rte"], output)
+    run_dir = expand(load_spec(spec_path), output=output).runs["teacher-rte"].run_dir
+    run_dir.mkdir(parents=True)
+    (run_dir / "result.json").write_text(json.dumps({"status": "interrupted", "created_at": "2026-11-28T15:43:47+0000",
+                                                     "metrics": {}}))
+    records = tmp_path / "records"
+    committed = {"status": "completed", "created_at": "2026-11-23T21:04:46+0000", "metrics": {"acc": 57.4}}
+    _mkdirs(records / run_dir.name)
+    (records / run_dir.name / "result.json").write_text(json.dumps(committed))
+
+    for supersede in (False, True):
+        assert export_records(spec_path, output, records, supersede=supersede) == []
+        assert json.loads((records / run_dir.name / "result.json").read_text()) == committed
+        assert "is interrupted, not completed; the completed record stays" in capsys.readouterr().err
+
+
 def test_export_says_a_retraining_with_the_same_weights_needs_no_rerun(tmp_path, capsys):
     """A deterministic retraining (same code, libraries, threads) writes bit-identical weights: the
     committed record stays, and the message says so instead of asking to rerun what read it. Weights

@@ -37,6 +37,7 @@ TEACHER_MODEL = "minilm-l6"
 WIDE_STUDENT = "teacher-3l"
 NARROW_STUDENT = "teacher-3l-192"
 OUTPUT = "runs/reproduction"
+TEACHER_STAGE = "teacher"  # each task's fine-tuned teacher is stage f"{TEACHER_STAGE}-{task}", one role across tasks
 
 
 def _spec_folder() -> Path:
@@ -364,7 +365,7 @@ def build_spec(table: str, scale: MiniScale = MINI) -> dict[str, Any]:
         raise KeyError(f"unknown reproduction table {table!r} (known: {', '.join(sorted(TABLE_ROWS))})")
     rows = TABLE_ROWS[table]()
     tasks = table_tasks(table, scale)
-    stages = {f"teacher-{task.name}": teacher_stage(scale, task) for task in tasks
+    stages = {f"{TEACHER_STAGE}-{task.name}": teacher_stage(scale, task) for task in tasks
               if any(_needs_task_teacher(row) for row in rows)}
     if any(row.upstream or row.augmented for row in rows):
         corpus = {"task": "corpus", "corpus": CORPUS, "max_train_samples": scale.corpus_lines,
@@ -392,7 +393,7 @@ def build_spec(table: str, scale: MiniScale = MINI) -> dict[str, Any]:
                 if row.upstream:  # the row's pre-trained student, fine-tuned or distilled
                     cell.update(student=f"${{{row.stage}}}", student_init="pretrained")
                 if _needs_task_teacher(row):  # (a finetune cell uses it for the student's shape and tokenizer)
-                    cell["teacher"] = f"${{teacher-{task.name}}}"
+                    cell["teacher"] = f"${{{TEACHER_STAGE}-{task.name}}}"
                 if row.method == "tinybert" and row.keys.get("mode") != "prediction":
                     cell["intermediate_epochs"] = task.intermediate_epochs
                 cell.update(row.keys)
@@ -640,9 +641,10 @@ TASKS_LEFT_OUT = ("MNLI, QQP and QNLI have no training set on the offline machin
                   "105,000-393,000 pairs a cell would cost 6-25x an SST-2 cell of the study (16,000 rows) on 2 CPU "
                   "cores; BERT-style models stay at WNLI's majority class, so it separates no method; the papers' "
                   "BERT-large and BERT-base reference rows have no counterpart at mini scale")
+_SQUAD_IN_TABLE_ONE_ONLY = "SQuAD runs in table 1 only (a cell costs several SST-2 cells on 2 CPU cores)"
 TABLE_TASKS_WHY: dict[str, str] = {  # why a table runs fewer of the study's tasks than it has columns for
-    "mobilebert-strategies": "SQuAD runs in table 1 only (a cell costs several SST-2 cells on 2 CPU cores)",
-    "mobilebert-objectives": "SQuAD runs in table 1 only (a cell costs several SST-2 cells on 2 CPU cores)",
+    "mobilebert-strategies": _SQUAD_IN_TABLE_ONE_ONLY,
+    "mobilebert-objectives": _SQUAD_IN_TABLE_ONE_ONLY,
 }
 PENDING_WHERE = ("what is left, in order and with its cost on 2 CPU cores: results/reproduction/README.md, "
                  "'Order of work for the next sessions'")
@@ -659,10 +661,10 @@ def study_plan(table: str, scale: MiniScale = MINI) -> StudyPlan:
     rows = [PlannedRow(key=row.label if cross_method else row.paper_row or row.label,
                        tasks=tuple(task.name for task in tasks if row.runs_on(task.name)), method=row.method,
                        student=row.stage if row.upstream else str(row.keys.get("student", "")),
-                       teacher="teacher" if _needs_task_teacher(row) else "", not_run_reason=row.not_run_reason)
+                       teacher=TEACHER_STAGE if _needs_task_teacher(row) else "", not_run_reason=row.not_run_reason)
             for row in TABLE_ROWS[table]()]
     if cross_method:  # the fine-tuned teachers are a row of table 1, one seed each
-        rows.append(PlannedRow(key="teacher", tasks=tuple(task.name for task in tasks), method="finetune",
+        rows.append(PlannedRow(key=TEACHER_STAGE, tasks=tuple(task.name for task in tasks), method="finetune",
                                student=TEACHER_MODEL, seeds=1))
     left_out = "; ".join(filter(None, (TABLE_TASKS_WHY.get(table), TASKS_LEFT_OUT)))
     return StudyPlan(tuple(rows), seeds={task.name: len(task.seeds) for task in tasks}, not_in_study=left_out,

@@ -8,6 +8,8 @@
   checkpoints (``STAGE/elapsed.json``, seconds at each saved step), so a resumed stage goes on
   counting from the checkpoint it resumes. An attempt killed outright (SIGKILL, node failure)
   counts up to its last checkpoint: the work after it is lost and its redoing is counted again.
+  It could not write how it ended; the next attempt, which holds the run lock it lost, records it
+  ``killed``.
 - **Data order.** ``Trainer`` restores the Python, NumPy and torch RNG states of a checkpoint and
   skips the batches already seen in the resumed epoch, but its length-grouped sampler draws each
   epoch's order from the global torch RNG when the epoch starts, a state a resumed run never had:
@@ -32,6 +34,7 @@ from kdbench.records import write_json_atomic
 
 REQUEUED = "requeued"
 FAILED = "failed"
+KILLED = "killed"  # an attempt that ended without recording how: SIGKILL, OOM killer, a lost node
 ATTEMPTS_FILE = "attempts.json"
 STAGE_ELAPSED_FILE = "elapsed.json"
 
@@ -54,13 +57,19 @@ def _read_json(path: Path, default: Any) -> Any:
 
 
 class RunClock:
-    """Seconds a run has spent over all its attempts, kept in ``RUN/attempts.json``."""
+    """Seconds a run has spent over all its attempts, kept in ``RUN/attempts.json``.
+
+    Made by the process that holds the run lock, so an earlier attempt still without an end was
+    killed before it could record one: it is marked :data:`KILLED`."""
 
     def __init__(self, run_dir: Path, writer: bool = True):
         self.path = Path(run_dir) / ATTEMPTS_FILE
         self.writer = writer
         previous = _read_json(self.path, {}).get("attempts", [])
         self.attempts: list[dict[str, Any]] = [a for a in previous if isinstance(a, dict)]
+        for attempt in self.attempts:
+            if attempt.get("ended") is None:
+                attempt["ended"] = KILLED
         self.attempts.append({"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seconds": 0.0, "ended": None})
         self.started = time.perf_counter()
         self.save()

@@ -91,3 +91,17 @@ def test_without_the_epoch_seeded_sampler_the_resumed_run_trains_on_other_batche
     resumed, _ = interrupted_then_resumed(values, tmp_path / "resumed")
     a, b = weights(straight, "checkpoint-12"), weights(resumed, "checkpoint-12")
     assert not all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_an_attempt_that_never_recorded_its_end_is_marked_killed_by_the_next(tmp_path):
+    """A worker SIGKILLed before its first checkpoint (a cancel during set-up) leaves ``ended: null``;
+    the next attempt holds the run lock, so that attempt cannot still be running."""
+    from kdbench.engine.resume import KILLED, RunClock
+
+    (tmp_path / "attempts.json").write_text(json.dumps({"attempts": [
+        {"started_at": "t0", "seconds": 670.87, "ended": "interrupted"},
+        {"started_at": "t1", "seconds": 12.5, "ended": None}]}))
+    clock = RunClock(tmp_path)
+    attempts = json.loads((tmp_path / "attempts.json").read_text())["attempts"]
+    assert [a["ended"] for a in attempts] == ["interrupted", KILLED, None]
+    assert clock.count == 3 and clock.total_seconds() == 683.37  # the killed attempt's seconds still count

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from kdbench.constraints import ConfigError, check_fields, constrained
-from kdbench.optimization import OPTIMIZERS, SCHEDULES
+from kdbench.optimization import OPTIMIZERS, RUN_FIELDS, SCHEDULES
 from kdbench.fingerprint import HUB_SOURCE_PREFIX, canonical_path, is_path_like
 from kdbench.pretrained import resolve_model_name
 
@@ -175,6 +175,9 @@ STANDARD_KEYS: dict[str, str] = {
     "train_file": "data.train_file",
     "dev_file": "data.dev_file",
     "corpus": "data.corpus",
+    # every optimisation value a run may set (optimizer=lamb, max_grad_norm=1.0, ...), so none of them
+    # is taken for a method parameter
+    **{name: f"train.{name}" for name in RUN_FIELDS},
 }
 SECTIONS = {"train": TrainConfig, "data": DataConfig}
 TOP_LEVEL = {f.name for f in dataclasses.fields(RunConfig)} - {"train", "data", "method_params"}

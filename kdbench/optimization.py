@@ -104,6 +104,13 @@ def resolve(declared: Optimization | None, train: Any) -> ResolvedOptimization:
     return ResolvedOptimization(**values, sources=sources)
 
 
+def as_run_values(optimization: Optimization) -> dict[str, Any]:
+    """The run (``train``) values that give a run ``optimization``'s declared fields, e.g. to
+    train a plain run with a method's recipe; ``epochs`` is left to the run."""
+    return {run_name: getattr(optimization, opt_name) for run_name, opt_name in RUN_FIELDS.items()
+            if opt_name != "epochs" and getattr(optimization, opt_name) is not None}
+
+
 def mobilebert_phase_factor(step: int, steps_per_phase: int) -> float:
     """MobileBERT's background learning-rate factor (``distill_util.get_background_lr``) at ``step``
     of a phase of ``steps_per_phase`` steps: ``min(10·t/T, 0.9 + 0.1·sqrt(1 − t/T))`` with

@@ -21,6 +21,17 @@ def test_standard_keys_land_in_their_sections_and_text_is_typed():
     assert config.method_params == {"temperature": "4", "alpha": "0.3"}
 
 
+def test_every_optimisation_value_is_a_flat_run_key_not_a_method_parameter():
+    config = build_run_config({**BASE, **parse_overrides(
+        ["optimizer=lamb", "lr_schedule=constant", "warmup_ratio=0.02", "adam_beta1=0.8", "adam_beta2=0.98",
+         "adam_epsilon=1e-6", "weight_decay=0.01", "max_grad_norm=0.5"])})
+    train = config.train
+    assert (train.optimizer, train.lr_schedule, train.warmup_ratio) == ("lamb", "constant", 0.02)
+    assert (train.adam_beta1, train.adam_beta2, train.adam_epsilon) == (0.8, 0.98, 1e-6)
+    assert (train.weight_decay, train.max_grad_norm) == (0.01, 0.5)
+    assert config.method_params == {}
+
+
 def test_yaml_file_and_dotted_keys(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump({**BASE, "train": {"warmup_ratio": 0.06}, "alpha": 0.9}))

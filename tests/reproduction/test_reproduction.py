@@ -550,3 +550,20 @@ def test_committed_records_are_found_under_the_names_the_spec_gives_today(tmp_pa
     spec = select_runs(load_spec(SPEC_FOLDER / "cross-method.yaml"), ["kd-3l-mrpc-s[123]", "kd-3l-rte-s*"])
     assert recorded_cells(expand(spec, output=tmp_path / "runs").runs, records_folder("cross-method")) == \
         {"kd-3l-mrpc-s1", "kd-3l-mrpc-s2", "kd-3l-mrpc-s3", *(f"kd-3l-rte-s{seed}" for seed in range(1, 6))}
+
+
+def test_mobilebert_bare_student_is_trained_as_the_pd_student_is_but_for_the_objective():
+    """Table 9's bare row against + PD: the same optimiser, rate, warm-up and decay (MobileBERT's LAMB
+    recipe), or the table would compare optimisers as well as objectives."""
+    import dataclasses
+
+    from kdbench.config import build_run_config
+    from kdbench.methods.mobilebert import PD_OPTIMIZATION
+    from kdbench.optimization import resolve
+
+    stages = build_spec("mobilebert-objectives")["stages"]
+    bare, pd = ({**stages[name], "teacher": "teacher-path", "output": "runs"} for name in ("bare-pretrain", "pd-pretrain"))
+    bare_optimization = resolve(None, build_run_config(bare).train)  # finetune declares no optimisation
+    pd_optimization = resolve(PD_OPTIMIZATION, build_run_config(pd).train)
+    assert bare_optimization.optimizer == "lamb"
+    assert dataclasses.replace(bare_optimization, sources={}) == dataclasses.replace(pd_optimization, sources={})

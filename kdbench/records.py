@@ -224,13 +224,37 @@ def compute_environment() -> dict[str, Any]:
 CODE_PATHS: tuple[str, ...] = ("kdbench", "methods", "tasks", "pyproject.toml")
 
 
+# Packages the install maps from the checkout's methods/ and tasks/ folders.
+MAPPED_CODE_PACKAGES: tuple[str, ...] = ("kdbench.methods", "kdbench.tasks")
+
+
+def code_imported_from_elsewhere(root: Path) -> list[str]:
+    """Folders other than the checkout ``root`` that kdbench's method and task packages were
+    imported from. An editable install maps them from its own checkout, so putting a second
+    checkout's ``kdbench/`` first on ``PYTHONPATH`` runs that checkout's engine with the install's
+    methods and tasks: a commit the record would otherwise name alone."""
+    import importlib.util
+
+    elsewhere: set[str] = set()
+    for name in MAPPED_CODE_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        for location in (spec.submodule_search_locations or []) if spec is not None else []:
+            folder = Path(location).resolve()
+            if root not in (folder.parent, folder.parent.parent):  # checkout/methods, or kdbench/methods installed
+                elsewhere.add(str(folder.parent))
+    return sorted(elsewhere)
+
+
 def kdbench_revision(source: Path | None = None) -> dict[str, Any]:
     """The kdbench source a run was produced by: the git commit of a source checkout and whether its
     code (`CODE_PATHS`) had uncommitted changes to tracked files, else the installed version only.
-    `source` is the checkout's root (default: the one this module was imported from)."""
+    `source` is the checkout's root (default: the one this module was imported from). When the
+    method or task code came from another folder (:func:`code_imported_from_elsewhere`), the
+    revision is dirty and ``code_from`` names that folder."""
     import subprocess
 
-    source = source or Path(__file__).resolve().parent.parent
+    own_root = Path(__file__).resolve().parent.parent
+    source = source or own_root
     revision: dict[str, Any] = {"commit": None, "dirty": None}
     try:
         commit = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -239,6 +263,9 @@ def kdbench_revision(source: Path | None = None) -> dict[str, Any]:
                                  *CODE_PATHS], capture_output=True, text=True, timeout=10, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return revision
+    elsewhere = code_imported_from_elsewhere(source) if source == own_root else []
+    if elsewhere:
+        return {"commit": commit, "dirty": True, "code_from": elsewhere}
     return {"commit": commit, "dirty": bool(status.strip())}
 
 

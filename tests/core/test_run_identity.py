@@ -206,6 +206,32 @@ def test_revision_is_dirty_only_when_the_code_changed(tmp_path):
     assert kdbench_revision(tmp_path) == {"commit": head, "dirty": True}
 
 
+def test_revision_names_method_code_imported_from_another_checkout(tmp_path, monkeypatch):
+    """A second checkout's kdbench/ first on PYTHONPATH, beside an editable install of the first:
+    the engine is the second's commit, the methods and tasks the first's working tree."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    from kdbench import records
+
+    root = Path(records.__file__).resolve().parent.parent
+    assert records.code_imported_from_elsewhere(root) == []  # this checkout: everything from it
+    assert records.kdbench_revision().get("code_from") is None
+    other = tmp_path / "other-checkout"
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name, *args):
+        if name == "kdbench.methods":
+            return SimpleNamespace(submodule_search_locations=[str(other / "methods")])
+        return real_find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    assert records.code_imported_from_elsewhere(root) == [str(other.resolve())]
+    revision = records.kdbench_revision()
+    if revision["commit"] is not None:  # a source checkout (CI's is one)
+        assert revision["dirty"] is True and revision["code_from"] == [str(other.resolve())]
+
+
 def test_revision_outside_a_checkout_names_no_commit(tmp_path):
     from kdbench.records import kdbench_revision
 

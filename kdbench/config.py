@@ -151,14 +151,10 @@ class RunConfig:
 # Flat keys every run understands, and where they live.
 STANDARD_KEYS: dict[str, str] = {
     "seed": "train.seed",
-    "epochs": "train.epochs",
     "max_steps": "train.max_steps",
     "batch_size": "train.batch_size",
     "eval_batch_size": "train.eval_batch_size",
-    "lr": "train.lr",
     "learning_rate": "train.lr",
-    "weight_decay": "train.weight_decay",
-    "warmup_ratio": "train.warmup_ratio",
     "grad_accum": "train.grad_accum",
     "max_seq_length": "train.max_seq_length",
     "eval_steps": "train.eval_steps",
@@ -175,8 +171,8 @@ STANDARD_KEYS: dict[str, str] = {
     "train_file": "data.train_file",
     "dev_file": "data.dev_file",
     "corpus": "data.corpus",
-    # every optimisation value a run may set (optimizer=lamb, max_grad_norm=1.0, ...), so none of them
-    # is taken for a method parameter
+    # every optimisation value a run may set (lr=, epochs=, optimizer=lamb, max_grad_norm=1.0, ...), so
+    # none of them is taken for a method parameter
     **{name: f"train.{name}" for name in RUN_FIELDS},
 }
 SECTIONS = {"train": TrainConfig, "data": DataConfig}

@@ -534,11 +534,14 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
     A completed record already there from another training of the same config (another machine or
     session: a different ``created_at``) is kept, and named on standard error, unless ``supersede``:
     records that read its model were trained on its weights, which a new training need not repeat.
-    A run that did not complete never replaces a completed record, ``supersede`` or not."""
+    A run that did not complete never replaces a completed record, ``supersede`` or not, and an
+    interrupted run is not exported at all: it resumes when the table runs again and is exported
+    once it completes (a failed run is, where no completed record is: a table notes its failure)."""
     import json
     import shutil
     import sys
 
+    from kdbench.records import COMPLETED, INTERRUPTED
     from kdbench.sweep import expand, load_spec
 
     copied = []
@@ -556,7 +559,11 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
             continue
         fresh = json.loads(fresh_text)
         committed = json.loads(kept_text) if kept_text is not None else None
-        if committed and committed.get("status") == "completed" and fresh.get("status") != "completed":
+        if fresh.get("status") == INTERRUPTED:
+            print(f"[kdbench reproduce] not exported: {run.run_dir} was interrupted; it resumes when the table "
+                  "runs again and is exported when it completes", file=sys.stderr, flush=True)
+            continue
+        if committed and committed.get("status") == COMPLETED and fresh.get("status") != COMPLETED:
             # e.g. a stage retrained here and stopped half-way: never lose a finished result to it
             print(f"[kdbench reproduce] kept {target}: the run in {run.run_dir} is {fresh.get('status')}, not "
                   "completed; the completed record stays", file=sys.stderr, flush=True)

@@ -397,7 +397,8 @@ def test_export_keeps_a_committed_record_of_another_training_unless_superseded(t
 
 def test_an_unfinished_retraining_never_replaces_a_completed_record(tmp_path, capsys):
     """A stage retrained on a new machine and stopped half-way (its record 'interrupted') must not
-    overwrite the committed completed record, even with --supersede-records."""
+    overwrite the committed completed record, even with --supersede-records, nor be exported where
+    none is committed; a failed run is exported, but never over a completed record."""
     import json
 
     from kdbench.reproduce import export_records, write_selection
@@ -417,7 +418,19 @@ def test_an_unfinished_retraining_never_replaces_a_completed_record(tmp_path, ca
     for supersede in (False, True):
         assert export_records(spec_path, output, records, supersede=supersede) == []
         assert json.loads((records / run_dir.name / "result.json").read_text()) == committed
-        assert "is interrupted, not completed; the completed record stays" in capsys.readouterr().err
+        assert f"not exported: {run_dir} was interrupted" in capsys.readouterr().err
+    # nor is it exported where no record is committed: it would read as a result of the table until
+    # someone removed it by hand; it resumes and is exported when it completes
+    fresh_records = tmp_path / "fresh-records"
+    assert export_records(spec_path, output, fresh_records) == []
+    assert not (fresh_records / run_dir.name).exists()
+    # a failed run is a result (its table notes the failure), but never replaces a completed record
+    (run_dir / "result.json").write_text(json.dumps({"status": "failed", "created_at": "2026-11-28T15:43:47+0000",
+                                                     "metrics": {}, "error": "ValueError: nan loss"}))
+    assert export_records(spec_path, output, fresh_records) == [fresh_records / run_dir.name]
+    assert export_records(spec_path, output, records, supersede=True) == []
+    assert json.loads((records / run_dir.name / "result.json").read_text()) == committed
+    assert "is failed, not completed; the completed record stays" in capsys.readouterr().err
 
 
 def test_export_says_a_retraining_with_the_same_weights_needs_no_rerun(tmp_path, capsys):

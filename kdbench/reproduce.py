@@ -541,7 +541,6 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
     import shutil
     import sys
 
-    from kdbench.records import COMPLETED, INTERRUPTED
     from kdbench.sweep import expand, load_spec
 
     copied = []
@@ -557,27 +556,9 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
             # Already exported. A teacher rebuilt by rebuild_teacher.py holds the committed record beside
             # weights of its own training, whose files (model/config.json) must not replace the record's.
             continue
-        fresh = json.loads(fresh_text)
-        committed = json.loads(kept_text) if kept_text is not None else None
-        if fresh.get("status") == INTERRUPTED:
-            print(f"[kdbench reproduce] not exported: {run.run_dir} was interrupted; it resumes when the table "
-                  "runs again and is exported when it completes", file=sys.stderr, flush=True)
-            continue
-        if committed and committed.get("status") == COMPLETED and fresh.get("status") != COMPLETED:
-            # e.g. a stage retrained here and stopped half-way: never lose a finished result to it
-            print(f"[kdbench reproduce] kept {target}: the run in {run.run_dir} is {fresh.get('status')}, not "
-                  "completed; the completed record stays", file=sys.stderr, flush=True)
-            continue
-        conflict = _other_training(fresh, committed)
-        same_weights = conflict and _same_weights(fresh, committed)
-        if same_weights:
-            print(f"[kdbench reproduce] kept {target}: a new training of it wrote the same weights "
-                  f"(sha256 {same_weights[:12]}), so records that read either agree; nothing to rerun",
-                  file=sys.stderr, flush=True)
-            continue
-        if conflict and not supersede:
-            print(f"[kdbench reproduce] kept {target}: {conflict}; --supersede-records replaces it (rerun every "
-                  "record that read its model)", file=sys.stderr, flush=True)
+        reason = _why_not_exported(json.loads(fresh_text), json.loads(kept_text) if kept_text else None, supersede)
+        if reason:
+            print(f"[kdbench reproduce] {run.run_dir} not exported to {target}: {reason}", file=sys.stderr, flush=True)
             continue
         target.mkdir(parents=True, exist_ok=True)
         for name in RECORD_FILES:
@@ -614,6 +595,25 @@ def _write_stage_roles(destination: Path, roles: dict[str, str]) -> None:
         path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")
 
 
+def _why_not_exported(fresh: dict[str, Any], committed: dict[str, Any] | None, supersede: bool) -> str | None:
+    """Why the run's record ``fresh`` is not copied where ``committed`` (or nothing) is; None to copy it."""
+    from kdbench.records import COMPLETED, INTERRUPTED
+
+    if fresh.get("status") == INTERRUPTED:
+        return "it was interrupted; it resumes when the table runs again and is exported when it completes"
+    if committed and committed.get("status") == COMPLETED and fresh.get("status") != COMPLETED:
+        # e.g. a stage retrained here and stopped half-way: never lose a finished result to it
+        return f"it is {fresh.get('status')}, not completed; the completed record stays"
+    conflict = _other_training(fresh, committed)
+    same_weights = conflict and _same_weights(fresh, committed)
+    if same_weights:
+        return (f"the record kept there is another training that wrote the same weights (sha256 "
+                f"{same_weights[:12]}), so records that read either agree; nothing to rerun")
+    if conflict and not supersede:
+        return f"{conflict}; --supersede-records replaces it (rerun every record that read its model)"
+    return None
+
+
 def _other_training(fresh: dict[str, Any], old: dict[str, Any] | None) -> str | None:
     """Why the completed record ``old`` is another training than ``fresh``; None when it is the same
     run (or ``old`` is absent or unfinished, so the new one may replace it)."""
@@ -621,7 +621,7 @@ def _other_training(fresh: dict[str, Any], old: dict[str, Any] | None) -> str | 
         return None
     if old.get("status") != "completed" or old.get("created_at") == fresh.get("created_at"):
         return None
-    return (f"it holds a completed run created {old.get('created_at')} (metrics {old.get('metrics')}), "
+    return (f"the record kept there is a completed run created {old.get('created_at')} (metrics {old.get('metrics')}), "
             f"this one was created {fresh.get('created_at')} (metrics {fresh.get('metrics')})")
 
 

@@ -380,7 +380,7 @@ def test_export_keeps_a_committed_record_of_another_training_unless_superseded(t
 
     assert export_records(spec_path, output, records) == []
     assert json.loads((records / run_dir.name / "result.json").read_text())["metrics"] == {"acc": 57.4}
-    assert f"kept {records / run_dir.name}" in capsys.readouterr().err
+    assert f"not exported to {records / run_dir.name}: the record kept there is a completed run" in capsys.readouterr().err
     assert export_records(spec_path, output, records, supersede=True) == [records / run_dir.name]
     assert json.loads((records / run_dir.name / "result.json").read_text())["metrics"] == {"acc": 59.2}
     # a record already exported is not copied again: the run folder's other files need not be the
@@ -418,7 +418,7 @@ def test_an_unfinished_retraining_never_replaces_a_completed_record(tmp_path, ca
     for supersede in (False, True):
         assert export_records(spec_path, output, records, supersede=supersede) == []
         assert json.loads((records / run_dir.name / "result.json").read_text()) == committed
-        assert f"not exported: {run_dir} was interrupted" in capsys.readouterr().err
+        assert f"{run_dir} not exported to {records / run_dir.name}: it was interrupted" in capsys.readouterr().err
     # nor is it exported where no record is committed: it would read as a result of the table until
     # someone removed it by hand; it resumes and is exported when it completes
     fresh_records = tmp_path / "fresh-records"
@@ -430,7 +430,7 @@ def test_an_unfinished_retraining_never_replaces_a_completed_record(tmp_path, ca
     assert export_records(spec_path, output, fresh_records) == [fresh_records / run_dir.name]
     assert export_records(spec_path, output, records, supersede=True) == []
     assert json.loads((records / run_dir.name / "result.json").read_text()) == committed
-    assert "is failed, not completed; the completed record stays" in capsys.readouterr().err
+    assert "it is failed, not completed; the completed record stays" in capsys.readouterr().err
 
 
 def test_export_says_a_retraining_with_the_same_weights_needs_no_rerun(tmp_path, capsys):

@@ -617,9 +617,11 @@ def _why_not_exported(fresh: dict[str, Any], committed: dict[str, Any] | None, s
 def _other_training(fresh: dict[str, Any], old: dict[str, Any] | None) -> str | None:
     """Why the completed record ``old`` is another training than ``fresh``; None when it is the same
     run (or ``old`` is absent or unfinished, so the new one may replace it)."""
+    from kdbench.records import COMPLETED
+
     if old is None:
         return None
-    if old.get("status") != "completed" or old.get("created_at") == fresh.get("created_at"):
+    if old.get("status") != COMPLETED or old.get("created_at") == fresh.get("created_at"):
         return None
     return (f"the record kept there is a completed run created {old.get('created_at')} (metrics {old.get('metrics')}), "
             f"this one was created {fresh.get('created_at')} (metrics {fresh.get('metrics')})")

@@ -811,6 +811,25 @@ def recorded_cells(runs: dict[str, Any], records: Path) -> set[str]:
     return {name for name, run in runs.items() if run.kind == "cell" and record_completed(records / run.run_dir.name)}
 
 
+def recorded_cells_to_retrain(runs: dict[str, Any], records: Path) -> list[str]:
+    """The cells among ``runs`` that have a completed record in ``records`` but no completed run folder
+    here: a sweep without ``--missing`` trains them again (e.g. committed records on a new machine)."""
+    from kdbench.sweep import record_completed
+
+    return sorted(name for name in recorded_cells(runs, records) if not record_completed(runs[name].run_dir))
+
+
+def _say_which_recorded_cells_retrain(run_spec: Path, output: Path, records: Path) -> None:
+    from kdbench.sweep import expand, load_spec
+
+    again = recorded_cells_to_retrain(expand(load_spec(run_spec), output=output).runs, records)
+    if again:
+        shown = ", ".join(again[:8]) + (", ..." if len(again) > 8 else "")
+        print(f"[kdbench reproduce] {len(again)} chosen cell(s) have a completed record in {records} but no "
+              f"completed run folder in {output}, so they train again ({shown}); --missing leaves them out",
+              flush=True)
+
+
 @dataclass(frozen=True)
 class TrainingEstimate:
     """How long the runs still to do will train, judged from the records: a run by its own earlier
@@ -954,6 +973,8 @@ def cmd_reproduce(args: Any) -> int:
             return code
         if args.missing:  # after the prerequisites: building augmented data renames the runs that read it
             run_spec = write_selection(spec_path, patterns, Path(args.output), leave_out_recorded_in=records)
+        else:
+            _say_which_recorded_cells_retrain(run_spec, Path(args.output), records)
         if args.missing and not load_spec(run_spec).get("cells"):
             code = 0  # every chosen cell is recorded: nothing to train, the table is still exported and rendered
         else:

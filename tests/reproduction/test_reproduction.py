@@ -523,6 +523,31 @@ def test_missing_leaves_out_the_cells_with_a_completed_record(tmp_path, shared_d
         capsys.readouterr().out
 
 
+def test_without_missing_the_recorded_cells_that_will_train_again_are_named(tmp_path, shared_data, monkeypatch,
+                                                                            capsys):
+    """A cell recorded (e.g. committed) but not completed in this runs folder trains again without
+    ``--missing``; the command says which, before any training, so that hours are not spent by mistake."""
+    from kdbench.cli import main
+    from kdbench.reproduce import recorded_cells_to_retrain, write_selection
+    from kdbench.sweep import expand, load_spec
+
+    monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
+    output, records = tmp_path / "runs", tmp_path / "records"
+    spec_path = SPEC_FOLDER / "cross-method.yaml"
+    runs = expand(load_spec(write_selection(spec_path, ["kd-3l-mrpc-s*"], output)), output=output).runs
+    for seed in (1, 2):
+        _write_record(records / runs[f"kd-3l-mrpc-s{seed}"].run_dir.name, status="completed")
+    _write_record(runs["kd-3l-mrpc-s2"].run_dir, status="completed")  # trained here too: the sweep skips it
+    _write_record(records / runs["kd-3l-mrpc-s3"].run_dir.name, status="failed")
+    assert recorded_cells_to_retrain(runs, records) == ["kd-3l-mrpc-s1"]
+
+    assert main(["reproduce", "cross-method", "--only", "kd-3l-mrpc-s*", "--dry-run", "--records", str(records),
+                 "--output", str(output)]) == 0
+    said = capsys.readouterr().out
+    assert (f"1 chosen cell(s) have a completed record in {records} but no completed run folder in {output}, "
+            "so they train again (kd-3l-mrpc-s1); --missing leaves them out") in said
+
+
 def test_missing_estimates_the_training_left_from_the_records(tmp_path, shared_data, monkeypatch):
     """A stage to redo counts its own recorded training, a cell the median of its row's recorded runs
     on that task; a row never recorded on the task is named, not guessed."""

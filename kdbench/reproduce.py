@@ -834,12 +834,14 @@ def _say_which_recorded_cells_retrain(run_spec: Path, output: Path, records: Pat
 class TrainingEstimate:
     """How long the runs still to do will train, judged from the records: a run by its own earlier
     training where one is recorded (a teacher, a corpus stage), a cell by the median ``train_seconds``
-    of its row's recorded runs on the same task. On the machines that wrote those records: a guide,
-    not a promise."""
+    of its row's recorded runs on the same task or, where its row has none there, of the recorded runs
+    of the same method and student on that task (another row of one ablation: a mapping, an objective
+    left out). On the machines that wrote those records: a guide, not a promise."""
 
     seconds: float
     estimated: int
     unestimated: tuple[str, ...]  # the runs with no record to judge from
+    by_another_row: int = 0  # of ``estimated``, those judged by another row of their method and student
 
     @classmethod
     def of(cls, runs: dict[str, Any], records: Path) -> TrainingEstimate:
@@ -855,26 +857,38 @@ class TrainingEstimate:
             frame = frame[frame["status"] == "completed"].dropna(subset=["train_seconds"])
         own: dict[str, float] = {}
         by_row: dict[tuple[Any, Any], list[float]] = {}
+        by_model: dict[tuple[Any, Any, Any], list[float]] = {}
         for _, record in frame.iterrows() if frame is not None else []:
-            own[Path(record["run_dir"]).name] = float(record["train_seconds"])
-            by_row.setdefault((record.get("label"), record["task"]), []).append(float(record["train_seconds"]))
-        seconds, estimated, unestimated = 0.0, 0, []
+            seconds = float(record["train_seconds"])
+            own[Path(record["run_dir"]).name] = seconds
+            by_row.setdefault((record.get("label"), record["task"]), []).append(seconds)
+            by_model.setdefault((record.get("method"), record.get("student"), record["task"]), []).append(seconds)
+        seconds, estimated, by_another_row, unestimated = 0.0, 0, 0, []
         for name, run in runs.items():
             past = own.get(run.run_dir.name)
             if past is None and run.values.get("label"):
-                times = by_row.get((run.values["label"], run.values.get("task")))
+                task = run.values.get("task")
+                times = by_row.get((run.values["label"], task))
+                if not times:
+                    times = by_model.get((run.values.get("method"), run.values.get("student"), task))
+                    by_another_row += bool(times)
                 past = statistics.median(times) if times else None
             if past is None:
                 unestimated.append(name)
             else:
                 seconds, estimated = seconds + past, estimated + 1
-        return cls(seconds, estimated, tuple(unestimated))
+        return cls(seconds, estimated, tuple(unestimated), by_another_row)
 
     def __str__(self) -> str:
+        shown = ", ".join(self.unestimated[:8]) + (", ..." if len(self.unestimated) > 8 else "")
+        if not self.estimated:
+            return f"No record to judge the training time of the {len(self.unestimated)} runs to do from ({shown})."
         text = (f"Training time of the {self.estimated} runs to do that the records can judge (stages included): "
                 f"about {self.seconds / 3600:.1f} h on the machines that wrote them")
+        if self.by_another_row:
+            text += (f" ({self.by_another_row} of them judged by another row of the same method and student on "
+                     "their task)")
         if self.unestimated:
-            shown = ", ".join(self.unestimated[:8]) + (", ..." if len(self.unestimated) > 8 else "")
             text += f"; no record to judge the other {len(self.unestimated)} from ({shown})"
         return text + "."
 

@@ -578,6 +578,40 @@ def test_missing_estimates_the_training_left_from_the_records(tmp_path, shared_d
     assert "teacher-mrpc" not in _runs_to_do(runs, {"kd-3l-mrpc-s4"})
 
 
+def test_a_row_never_recorded_on_a_task_is_judged_by_another_row_of_its_method_and_student(
+        tmp_path, shared_data, monkeypatch):
+    """An ablation row (TinyBERT's top mapping) new to a task trains about as long as the full row of
+    the same method and student there: its cells are judged by that row's median, and said to be; the
+    same model on another task, or another student on the task, does not count."""
+    from kdbench.reproduce import TrainingEstimate, select_runs
+    from kdbench.sweep import expand, load_spec
+
+    monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
+    output, records = tmp_path / "runs", tmp_path / "records"
+    runs = expand(select_runs(load_spec(SPEC_FOLDER / "tinybert-mappings.yaml"),
+                              ["tinybert-td-3l-192-rte-s*", "tinybert-td-3l-192-top-rte-s*"]), output=output).runs
+    for seed, seconds in ((1, 300.0), (2, 500.0), (3, 350.0)):
+        _write_record(records / runs[f"tinybert-td-3l-192-rte-s{seed}"].run_dir.name, status="completed",
+                      label="tinybert-td-3l-192", method="tinybert", student="teacher-3l-192", task="rte",
+                      train_seconds=seconds)
+    _write_record(records / "elsewhere-1", status="completed", label="tinybert-td-3l-192", method="tinybert",
+                  student="teacher-3l-192", task="cola", train_seconds=9000.0)
+    _write_record(records / "elsewhere-2", status="completed", label="tinybert-td-3l", method="tinybert",
+                  student="teacher-3l", task="rte", train_seconds=9000.0)
+
+    top = {name: run for name, run in runs.items() if name.startswith("tinybert-td-3l-192-top-rte-s")}
+    estimate = TrainingEstimate.of(top, records)
+    assert (estimate.seconds, estimate.estimated, estimate.by_another_row, estimate.unestimated) == \
+        (5 * 350.0, 5, 5, ())
+    assert str(estimate) == ("Training time of the 5 runs to do that the records can judge (stages included): about "
+                             "0.5 h on the machines that wrote them (5 of them judged by another row of the same "
+                             "method and student on their task).")
+
+    nothing = TrainingEstimate.of(top, tmp_path / "no-records")
+    assert str(nothing).startswith("No record to judge the training time of the 5 runs to do from "
+                                   "(tinybert-td-3l-192-top-rte-s1, ")
+
+
 def test_committed_records_are_found_under_the_names_the_spec_gives_today(tmp_path, shared_data, monkeypatch):
     """The study continues on another machine with ``--missing`` only while the committed records keep
     the folder names today's spec plans (on the same data): e.g. table 1's first three KD seeds on MRPC."""

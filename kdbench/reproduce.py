@@ -859,10 +859,10 @@ class TrainingEstimate:
         by_row: dict[tuple[Any, Any], list[float]] = {}
         by_model: dict[tuple[Any, Any, Any], list[float]] = {}
         for _, record in frame.iterrows() if frame is not None else []:
-            seconds = float(record["train_seconds"])
-            own[Path(record["run_dir"]).name] = seconds
-            by_row.setdefault((record.get("label"), record["task"]), []).append(seconds)
-            by_model.setdefault((record.get("method"), record.get("student"), record["task"]), []).append(seconds)
+            took = float(record["train_seconds"])
+            own[Path(record["run_dir"]).name] = took
+            by_row.setdefault((record.get("label"), record["task"]), []).append(took)
+            by_model.setdefault((record.get("method"), record.get("student"), record["task"]), []).append(took)
         seconds, estimated, by_another_row, unestimated = 0.0, 0, 0, []
         for name, run in runs.items():
             past = own.get(run.run_dir.name)

@@ -19,7 +19,7 @@ and score-vs-cost plots. Paths in the specs are relative to the folder the comma
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -819,12 +819,17 @@ def recorded_cells_to_retrain(runs: dict[str, Any], records: Path) -> list[str]:
     return sorted(name for name in recorded_cells(runs, records) if not record_completed(runs[name].run_dir))
 
 
+def _first_names(names: Sequence[str], shown: int = 8) -> str:
+    """``names`` for a message: the first ``shown``, then "..." if there are more."""
+    return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
+
+
 def _say_which_recorded_cells_retrain(run_spec: Path, output: Path, records: Path) -> None:
     from kdbench.sweep import expand, load_spec
 
     again = recorded_cells_to_retrain(expand(load_spec(run_spec), output=output).runs, records)
     if again:
-        shown = ", ".join(again[:8]) + (", ..." if len(again) > 8 else "")
+        shown = _first_names(again)
         print(f"[kdbench reproduce] {len(again)} chosen cell(s) have a completed record in {records} but no "
               f"completed run folder in {output}, so they train again ({shown}); --missing leaves them out",
               flush=True)
@@ -880,7 +885,7 @@ class TrainingEstimate:
         return cls(seconds, estimated, tuple(unestimated), by_another_row)
 
     def __str__(self) -> str:
-        shown = ", ".join(self.unestimated[:8]) + (", ..." if len(self.unestimated) > 8 else "")
+        shown = _first_names(self.unestimated)
         if not self.estimated:
             return f"No record to judge the training time of the {len(self.unestimated)} runs to do from ({shown})."
         text = (f"Training time of the {self.estimated} runs to do that the records can judge (stages included): "

@@ -885,6 +885,8 @@ class TrainingEstimate:
         return cls(seconds, estimated, tuple(unestimated), by_another_row)
 
     def __str__(self) -> str:
+        if not self.estimated and not self.unestimated:
+            return "Nothing left to train."
         shown = _first_names(self.unestimated)
         if not self.estimated:
             return f"No record to judge the training time of the {len(self.unestimated)} runs to do from ({shown})."

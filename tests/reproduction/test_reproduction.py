@@ -610,6 +610,7 @@ def test_a_row_never_recorded_on_a_task_is_judged_by_another_row_of_its_method_a
     nothing = TrainingEstimate.of(top, tmp_path / "no-records")
     assert str(nothing).startswith("No record to judge the training time of the 5 runs to do from "
                                    "(tinybert-td-3l-192-top-rte-s1, ")
+    assert str(TrainingEstimate.of({}, records)) == "Nothing left to train."
 
 
 def test_committed_records_are_found_under_the_names_the_spec_gives_today(tmp_path, shared_data, monkeypatch):

@@ -81,6 +81,19 @@ def default_cache_root() -> Path:
     return cache_dir(TEACHER_OUTPUTS)
 
 
+DISK_HEADROOM_BYTES = 2**30  # free space a cache fill never takes: the run's checkpoints need room too
+
+
+def free_disk_bytes(folder: Path) -> int:
+    """Free bytes on the disk ``folder`` is (or will be) on: its nearest existing ancestor's."""
+    import shutil
+
+    existing = Path(folder).absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    return shutil.disk_usage(existing).free
+
+
 # ---------------------------------------------------------------------------------------------
 # Fingerprints
 # ---------------------------------------------------------------------------------------------
@@ -531,10 +544,21 @@ class TeacherCacheSession:
                           max_length=self.longest(), teacher_config=self.teacher.config, budget_mb=self.budget_mb,
                           storage=self.storage)
         self.plans.append(plan)
-        if plan.source == "cache" and self.passes(stage) < 1 and not all(self.cache().has(n) for n in plan.fields):
+        missing = [name for name in plan.fields if not self.cache().has(name)] if plan.source == "cache" else []
+        if missing and self.passes(stage) < 1:
             # Filling the cache costs one teacher pass over the whole set: more than a short stage needs.
             plan.source, plan.reason = "live", (f"stage reads {self.passes(stage):.2f} of the training set and "
                                                 "the cache is empty: a full teacher pass would cost more")
+        elif missing:
+            sizes = estimate_large_bytes(stage.teacher_features, self.dataset.num_rows, self.longest(),
+                                         self.teacher.config, self.storage)
+            needed, free = sum(sizes.get(name, 0) for name in missing), free_disk_bytes(self.root)
+            if needed and needed > free - DISK_HEADROOM_BYTES:
+                # A cache that fills its disk fails the run after the teacher pass; the teacher live only costs time.
+                plan.source, plan.reason = "live", (
+                    f"intermediate features need {needed / 2**20:.1f} MB and the cache's disk ({self.root}) has "
+                    f"{free / 2**20:.1f} MB free, {DISK_HEADROOM_BYTES // 2**20} MB of which are left alone; "
+                    "recomputed")
         if plan.source != "cache":
             return None
         autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)

@@ -258,6 +258,28 @@ def test_kd_run_records_and_reuses_the_cache(tmp_path, tiny_teacher, shared_data
     assert first["folder"] == second["folder"] and first["key"]["max_length"] == 32
 
 
+def test_a_cache_fill_that_would_fill_the_disk_runs_the_teacher_instead(tmp_path, monkeypatch):
+    teacher, request = _tiny_teacher(), FeatureRequest(hidden_states=True, hidden_layers=(0,))
+    needed = len(LENGTHS) * max(LENGTHS) * 32 * 2  # rows x longest row x hidden size x float16
+    session = _session(tmp_path, teacher, _dataset(LENGTHS), budget_mb=10)
+    monkeypatch.setattr(C, "free_disk_bytes", lambda folder: C.DISK_HEADROOM_BYTES + needed - 1)
+    assert session.for_stage(Stage("hidden", loss=None, teacher_features=request)) is None
+    assert session.plans[0].source == "live" and f"need {needed / 2**20:.1f} MB" in session.plans[0].reason
+    assert not list(tmp_path.rglob("hidden_states.0.npy"))
+    monkeypatch.setattr(C, "free_disk_bytes", lambda folder: C.DISK_HEADROOM_BYTES + needed)
+    assert session.for_stage(Stage("hidden", loss=None, teacher_features=request)) is not None
+    assert session.plans[1].source == "cache" and list(tmp_path.rglob("hidden_states.0.npy"))
+    # Once on disk, a full disk no longer matters: nothing is written.
+    monkeypatch.setattr(C, "free_disk_bytes", lambda folder: 0)
+    assert session.for_stage(Stage("hidden", loss=None, teacher_features=request)) is not None
+
+
+def test_free_disk_bytes_reads_the_nearest_existing_folder(tmp_path):
+    import shutil
+
+    assert abs(C.free_disk_bytes(tmp_path / "not" / "made") - shutil.disk_usage(tmp_path).free) < 2**26
+
+
 def test_short_stage_runs_the_teacher_unless_the_cache_is_already_filled(tmp_path):
     teacher, data = _tiny_teacher(), _dataset(LENGTHS)
     short = _session(tmp_path, teacher, data, max_steps=2, examples_per_step=4)  # 8 of 10 rows

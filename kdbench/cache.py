@@ -539,9 +539,10 @@ class TeacherCacheSession:
         """Cached features for ``stage``, or None when it must run the teacher."""
         import torch
 
+        longest = self.longest()
         plan = plan_stage(stage.name, stage.teacher_features, self.head, enabled=self.enabled,
                           transforms_batch=stage.prepare_batch is not None, num_rows=self.dataset.num_rows,
-                          max_length=self.longest(), teacher_config=self.teacher.config, budget_mb=self.budget_mb,
+                          max_length=longest, teacher_config=self.teacher.config, budget_mb=self.budget_mb,
                           storage=self.storage)
         self.plans.append(plan)
         missing = [name for name in plan.fields if not self.cache().has(name)] if plan.source == "cache" else []
@@ -550,8 +551,8 @@ class TeacherCacheSession:
             plan.source, plan.reason = "live", (f"stage reads {self.passes(stage):.2f} of the training set and "
                                                 "the cache is empty: a full teacher pass would cost more")
         elif missing:
-            sizes = estimate_large_bytes(stage.teacher_features, self.dataset.num_rows, self.longest(),
-                                         self.teacher.config, self.storage)
+            sizes = estimate_large_bytes(stage.teacher_features, self.dataset.num_rows, longest, self.teacher.config,
+                                         self.storage)
             needed, free = sum(sizes.get(name, 0) for name in missing), free_disk_bytes(self.root)
             if needed and needed > free - DISK_HEADROOM_BYTES:
                 # A cache that fills its disk fails the run after the teacher pass; the teacher live only costs time.

@@ -19,7 +19,7 @@ and score-vs-cost plots. Paths in the specs are relative to the folder the comma
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -835,6 +835,75 @@ def _say_which_recorded_cells_retrain(run_spec: Path, output: Path, records: Pat
               flush=True)
 
 
+def stages_retrained_elsewhere(table: str, spec_path: Path, run_spec: Path, output: Path,
+                               records: Path) -> dict[str, str]:
+    """The stages this run of the table will train (those its chosen runs and the prerequisites they
+    read need, with no completed run folder here) whose record in ``records`` was trained on other
+    hardware or libraries than this machine's: stage name -> what differs.
+
+    Retrained on the processor, thread count and library versions its record names, a stage writes
+    its recorded weights bit for bit; elsewhere its weights differ in their last bits, so the cells run
+    now read another teacher than the recorded cells did (their claims read *teachers differ*)."""
+    import json
+
+    from kdbench.records import compute_environment, library_versions
+    from kdbench.sweep import expand, load_spec, record_completed
+
+    spec = load_spec(spec_path)
+    stage_folders = {name: run.run_dir for name, run in expand(spec, output=output).runs.items() if run.kind == "stage"}
+    needed = {name for name in expand(load_spec(run_spec), output=output).runs if name in stage_folders}
+    read = _read_paths(run_spec, output)
+    for prerequisite in prerequisites(table):  # a stage a prerequisite needs (DA's MLM teacher) may be no run's
+        stage = prerequisite.after_stage
+        if stage and not prerequisite.present and any(path in read for path in prerequisite.paths):
+            stage_folders[stage] = expand(_stage_alone(spec, stage), output=output).runs[stage].run_dir
+            needed.add(stage)
+    here = {"machine": compute_environment(), "versions": library_versions()}
+    found = {}
+    for name in sorted(needed):
+        record_path = records / stage_folders[name].name / "result.json"
+        if record_completed(stage_folders[name]) or not record_completed(record_path.parent):
+            continue
+        record = json.loads(record_path.read_text())
+        differences = _hardware_and_library_differences(record, here)
+        if differences:
+            found[name] = differences
+    return found
+
+
+def _hardware_and_library_differences(record: dict[str, Any], here: dict[str, Any]) -> str:
+    """What of the processor, threads, GPU and torch/transformers versions differs between a record
+    and ``here`` (``{"machine": ..., "versions": ...}``), as "recorded X, here Y" phrases; "" if nothing."""
+    def describe(machine: dict[str, Any]) -> str:
+        text = f"{machine.get('cpu')}, {machine.get('cpu_capability')}, {machine.get('torch_threads')} threads"
+        return text + (f", GPU {machine['gpu']}" if machine.get("gpu") else "")
+
+    phrases = []
+    machine = record.get("machine")
+    if not machine:
+        phrases.append(f"its record predates the machine field; here {describe(here['machine'])}")
+    elif machine != here["machine"]:
+        phrases.append(f"recorded on {describe(machine)}, here {describe(here['machine'])}")
+    versions = record.get("versions") or {}
+    for library in ("torch", "transformers"):
+        if versions.get(library) and versions[library] != here["versions"].get(library):
+            phrases.append(f"{library} {versions[library]} recorded, {here['versions'].get(library)} here")
+    return "; ".join(phrases)
+
+
+def _say_which_stages_retrain_elsewhere(table: str, spec_path: Path, run_spec: Path, output: Path,
+                                        records: Path) -> None:
+    found = stages_retrained_elsewhere(table, spec_path, run_spec, output, records)
+    if found:
+        listed = "; ".join(f"{name} ({why})" for name, why in found.items())
+        print(f"[kdbench reproduce] {len(found)} recorded stage(s) train again on other hardware or libraries than "
+              f"their records in {records} name (or on a machine a record does not name): {listed}. Trained on other "
+              "hardware or libraries, a stage writes other weights in their last bits, so the cells run now read "
+              "other stage weights than the recorded cells did (claims pairing them read 'teachers differ' where "
+              "the stage is a teacher); on the machine and libraries its record names, it trains again bit for "
+              "bit.", flush=True)
+
+
 @dataclass(frozen=True)
 class TrainingEstimate:
     """How long the runs still to do will train, judged from the records: a run by its own earlier
@@ -989,9 +1058,19 @@ def cmd_reproduce(args: Any) -> int:
             sweep_options += ["--profile", args.profile]
         patterns = [p.strip() for p in (args.only or "").split(",") if p.strip()]
         run_spec = write_selection(spec_path, patterns, Path(args.output)) if patterns else spec_path
-        code = build_prerequisites(args.table, run_spec, Path(args.output), sweep_options, dry_run=args.dry_run)
+        warned = False  # said once, after the files that need no stage (the corpus) fix the stages' folders
+
+        def say_which_stages_retrain_elsewhere() -> None:
+            nonlocal warned
+            if not warned:
+                warned = True
+                _say_which_stages_retrain_elsewhere(args.table, spec_path, run_spec, Path(args.output), records)
+
+        code = build_prerequisites(args.table, run_spec, Path(args.output), sweep_options, dry_run=args.dry_run,
+                                   before_training=say_which_stages_retrain_elsewhere)
         if code != 0:
             return code
+        say_which_stages_retrain_elsewhere()
         if args.missing:  # after the prerequisites: building augmented data renames the runs that read it
             run_spec = write_selection(spec_path, patterns, Path(args.output), leave_out_recorded_in=records)
         else:
@@ -1015,10 +1094,11 @@ def cmd_reproduce(args: Any) -> int:
 
 
 def build_prerequisites(table: str, spec_path: Path, output: Path, sweep_options: list[str],
-                        dry_run: bool = False) -> int:
+                        dry_run: bool = False, before_training: Callable[[], None] | None = None) -> int:
     """Build the table's prerequisite files in order. One that needs a stage's model (augmented data
     needs the MLM-adapted teacher) first runs that stage alone, as a sweep of the spec's stage with
-    the same executor (waiting for it on Slurm). With ``dry_run`` only what needs no stage is built."""
+    the same executor (waiting for it on Slurm); ``before_training`` is called before the first such
+    stage, once the files that need none are built. With ``dry_run`` only what needs no stage is built."""
     from kdbench.cli import main as kdbench_main
     from kdbench.sweep import expand, load_spec
 
@@ -1039,9 +1119,9 @@ def build_prerequisites(table: str, spec_path: Path, output: Path, sweep_options
                       f"({prerequisite.description}); the folders of runs reading it change once it exists",
                       flush=True)
                 continue
-            stage_spec = {"name": f"{spec['name']}-{prerequisite.after_stage}", "output": spec.get("output"),
-                          "defaults": spec.get("defaults", {}),
-                          "cells": [{"name": prerequisite.after_stage, **spec["stages"][prerequisite.after_stage]}]}
+            if before_training is not None and not stage_models:
+                before_training()
+            stage_spec = _stage_alone(spec, prerequisite.after_stage)
             stage_path = output / ".prerequisites" / f"{table}-{prerequisite.after_stage}.yaml"
             stage_path.parent.mkdir(parents=True, exist_ok=True)
             stage_path.write_text(yaml.safe_dump(stage_spec, sort_keys=False))
@@ -1054,6 +1134,12 @@ def build_prerequisites(table: str, spec_path: Path, output: Path, sweep_options
         prerequisite.ensure(MINI, stage_model)
         print(f"[kdbench reproduce] {files}: built ({prerequisite.description})", flush=True)
     return 0
+
+
+def _stage_alone(spec: dict[str, Any], stage: str) -> dict[str, Any]:
+    """A sweep spec that runs one of ``spec``'s stages as its only cell (the same run folder)."""
+    return {"name": f"{spec['name']}-{stage}", "output": spec.get("output"), "defaults": spec.get("defaults", {}),
+            "cells": [{"name": stage, **spec["stages"][stage]}]}
 
 
 def add_command(subparsers: Any) -> None:

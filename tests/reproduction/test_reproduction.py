@@ -548,6 +548,52 @@ def test_without_missing_the_recorded_cells_that_will_train_again_are_named(tmp_
             "so they train again (kd-3l-mrpc-s1); --missing leaves them out") in said
 
 
+def test_recorded_stages_that_train_again_on_other_hardware_are_named_first(tmp_path, shared_data, monkeypatch,
+                                                                             capsys):
+    """A stage recorded on another processor (or thread count, or torch/transformers version) writes
+    other weights when it trains again here, so the cells run now read another teacher than the
+    recorded cells did: the command says so before training. A stage recorded on this very machine,
+    or already trained in this runs folder, is not named; one whose record names no machine is."""
+    from kdbench.cli import main
+    from kdbench.records import compute_environment, library_versions
+    from kdbench.reproduce import _stage_alone, build_prerequisites, stages_retrained_elsewhere, write_selection
+    from kdbench.sweep import expand, load_spec
+
+    monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
+    monkeypatch.chdir(tmp_path)  # the augmented set (a prerequisite read by the cell) is not built here
+    output, records = tmp_path / "runs", tmp_path / "records"
+    spec_path = SPEC_FOLDER / "tinybert-procedures.yaml"
+    run_spec = write_selection(spec_path, ["wo-td-rte-s1"], output)
+    assert build_prerequisites("tinybert-procedures", run_spec, output, [], dry_run=True) == 0  # the corpus GD reads
+    stages = expand(load_spec(spec_path), output=output).runs
+    stages["teacher-mlm"] = expand(_stage_alone(load_spec(spec_path), "teacher-mlm"), output=output).runs["teacher-mlm"]
+    here, versions = compute_environment(), library_versions()
+    elsewhere = {**here, "cpu": "Another CPU"}
+    _write_record(records / stages["teacher-rte"].run_dir.name, status="completed", machine=elsewhere, versions=versions)
+    _write_record(records / stages["general-distillation"].run_dir.name, status="completed", machine=here,
+                  versions=versions)
+    _write_record(records / stages["teacher-mlm"].run_dir.name, status="completed")  # names no machine
+
+    found = stages_retrained_elsewhere("tinybert-procedures", spec_path, run_spec, output, records)
+    assert sorted(found) == ["teacher-mlm", "teacher-rte"]
+    assert found["teacher-rte"].startswith("recorded on Another CPU, ") and "here " + here["cpu"] in found["teacher-rte"]
+    assert found["teacher-mlm"].startswith("its record predates the machine field; here ")
+
+    older_torch = {**versions, "torch": "2.0.0"}
+    _write_record(records / stages["general-distillation"].run_dir.name, status="completed", machine=here,
+                  versions=older_torch)
+    _write_record(stages["teacher-rte"].run_dir, status="completed")  # trained in this runs folder already
+    found = stages_retrained_elsewhere("tinybert-procedures", spec_path, run_spec, output, records)
+    assert sorted(found) == ["general-distillation", "teacher-mlm"]
+    assert found["general-distillation"] == f"torch 2.0.0 recorded, {versions['torch']} here"
+
+    assert main(["reproduce", "tinybert-procedures", "--only", "wo-td-rte-s1", "--dry-run", "--records", str(records),
+                 "--output", str(output)]) == 0
+    said = capsys.readouterr().out
+    assert "2 recorded stage(s) train again on other hardware or libraries" in said
+    assert "general-distillation (torch 2.0.0 recorded" in said and "teachers differ" in said
+
+
 def test_missing_estimates_the_training_left_from_the_records(tmp_path, shared_data, monkeypatch):
     """A stage to redo counts its own recorded training, a cell the median of its row's recorded runs
     on that task; a row never recorded on the task is named, not guessed."""

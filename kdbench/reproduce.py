@@ -1058,19 +1058,12 @@ def cmd_reproduce(args: Any) -> int:
             sweep_options += ["--profile", args.profile]
         patterns = [p.strip() for p in (args.only or "").split(",") if p.strip()]
         run_spec = write_selection(spec_path, patterns, Path(args.output)) if patterns else spec_path
-        warned = False  # said once, after the files that need no stage (the corpus) fix the stages' folders
-
-        def say_which_stages_retrain_elsewhere() -> None:
-            nonlocal warned
-            if not warned:
-                warned = True
-                _say_which_stages_retrain_elsewhere(args.table, spec_path, run_spec, Path(args.output), records)
-
-        code = build_prerequisites(args.table, run_spec, Path(args.output), sweep_options, dry_run=args.dry_run,
-                                   before_training=say_which_stages_retrain_elsewhere)
+        code = build_prerequisites(
+            args.table, run_spec, Path(args.output), sweep_options, dry_run=args.dry_run,
+            before_training=lambda: _say_which_stages_retrain_elsewhere(args.table, spec_path, run_spec,
+                                                                         Path(args.output), records))
         if code != 0:
             return code
-        say_which_stages_retrain_elsewhere()
         if args.missing:  # after the prerequisites: building augmented data renames the runs that read it
             run_spec = write_selection(spec_path, patterns, Path(args.output), leave_out_recorded_in=records)
         else:
@@ -1097,8 +1090,9 @@ def build_prerequisites(table: str, spec_path: Path, output: Path, sweep_options
                         dry_run: bool = False, before_training: Callable[[], None] | None = None) -> int:
     """Build the table's prerequisite files in order. One that needs a stage's model (augmented data
     needs the MLM-adapted teacher) first runs that stage alone, as a sweep of the spec's stage with
-    the same executor (waiting for it on Slurm); ``before_training`` is called before the first such
-    stage, once the files that need none are built. With ``dry_run`` only what needs no stage is built."""
+    the same executor (waiting for it on Slurm). ``before_training`` is called once, when the files
+    that need no stage exist: before the first such stage trains, or at the end (a stage's folder can
+    hash those files). With ``dry_run`` only what needs no stage is built."""
     from kdbench.cli import main as kdbench_main
     from kdbench.sweep import expand, load_spec
 
@@ -1119,8 +1113,9 @@ def build_prerequisites(table: str, spec_path: Path, output: Path, sweep_options
                       f"({prerequisite.description}); the folders of runs reading it change once it exists",
                       flush=True)
                 continue
-            if before_training is not None and not stage_models:
+            if before_training is not None:
                 before_training()
+                before_training = None
             stage_spec = _stage_alone(spec, prerequisite.after_stage)
             stage_path = output / ".prerequisites" / f"{table}-{prerequisite.after_stage}.yaml"
             stage_path.parent.mkdir(parents=True, exist_ok=True)
@@ -1133,6 +1128,8 @@ def build_prerequisites(table: str, spec_path: Path, output: Path, sweep_options
             stage_models[prerequisite.after_stage] = stage_model
         prerequisite.ensure(MINI, stage_model)
         print(f"[kdbench reproduce] {files}: built ({prerequisite.description})", flush=True)
+    if before_training is not None:
+        before_training()
     return 0
 
 

@@ -44,6 +44,7 @@ import numpy as np
 
 from kdbench.cache_paths import CACHE_ENV, TEACHER_OUTPUTS, cache_dir  # noqa: F401 (CACHE_ENV: re-exported)
 from kdbench.config import ConfigError
+from kdbench.disk import free_disk_bytes
 
 EXAMPLE_INDEX = "kd_index"  # training-set column: the row's position in the cached arrays
 LENGTH_COLUMN = "length"  # training-set column read by Trainer's group_by_length sampler
@@ -82,16 +83,6 @@ def default_cache_root() -> Path:
 
 
 DISK_HEADROOM_BYTES = 2**30  # free space a cache fill never takes: the run's checkpoints need room too
-
-
-def free_disk_bytes(folder: Path) -> int:
-    """Free bytes on the disk ``folder`` is (or will be) on: its nearest existing ancestor's."""
-    import shutil
-
-    existing = Path(folder).absolute()
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    return shutil.disk_usage(existing).free
 
 
 # ---------------------------------------------------------------------------------------------

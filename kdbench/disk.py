@@ -34,6 +34,14 @@ def folder_bytes(folder: Path) -> int:
     return total
 
 
+def free_disk_bytes(folder: Path) -> int:
+    """Free bytes on the disk ``folder`` is (or will be) on: its nearest existing ancestor's."""
+    existing = Path(folder).absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    return shutil.disk_usage(existing).free
+
+
 def human_bytes(size: int) -> str:
     value = float(size)
     for unit in ("B", "KB", "MB", "GB"):

@@ -19,7 +19,7 @@ and score-vs-cost plots. Paths in the specs are relative to the folder the comma
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -851,8 +851,9 @@ def stages_retrained_elsewhere(table: str, spec_path: Path, run_spec: Path, outp
 
     spec = load_spec(spec_path)
     stage_folders = {name: run.run_dir for name, run in expand(spec, output=output).runs.items() if run.kind == "stage"}
-    needed = {name for name in expand(load_spec(run_spec), output=output).runs if name in stage_folders}
-    read = _read_paths(run_spec, output)
+    chosen = expand(load_spec(run_spec), output=output).runs
+    needed = {name for name in chosen if name in stage_folders}
+    read = _strings_of(chosen.values())
     for prerequisite in prerequisites(table):  # a stage a prerequisite needs (DA's MLM teacher) may be no run's
         stage = prerequisite.after_stage
         if stage and not prerequisite.present and any(path in read for path in prerequisite.paths):
@@ -1019,6 +1020,11 @@ def _read_paths(spec_path: Path, output: Path) -> set[str]:
     """Every string value of the runs of a spec (resolved, stages included): the files they read."""
     from kdbench.sweep import expand, load_spec
 
+    return _strings_of(expand(load_spec(spec_path), output=output).runs.values())
+
+
+def _strings_of(runs: Iterable[Any]) -> set[str]:
+    """Every string value of expanded sweep runs (nested in dicts and lists)."""
     found: set[str] = set()
 
     def walk(value: Any) -> None:
@@ -1031,7 +1037,7 @@ def _read_paths(spec_path: Path, output: Path) -> set[str]:
         elif isinstance(value, str):
             found.add(value)
 
-    for run in expand(load_spec(spec_path), output=output).runs.values():
+    for run in runs:
         walk(run.values)
     return found
 

@@ -20,7 +20,7 @@ and score-vs-cost plots. Paths in the specs are relative to the folder the comma
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -910,8 +910,10 @@ class TrainingEstimate:
     """How long the runs still to do will train, judged from the records: a run by its own earlier
     training where one is recorded (a teacher, a corpus stage), a cell by the median ``train_seconds``
     of its row's recorded runs on the same task or, where its row has none there, of the recorded runs
-    of the same method and student on that task (another row of one ablation: a mapping, an objective
-    left out). On the machines that wrote those records: a guide, not a promise."""
+    of the same method and student on that task that train as many steps (another row of one
+    ablation: a mapping, an objective left out; not a row on another training file or with other
+    epochs, such as TinyBERT's DA rows beside its rows without DA). On the machines that wrote those
+    records: a guide, not a promise."""
 
     seconds: float
     estimated: int
@@ -932,12 +934,13 @@ class TrainingEstimate:
             frame = frame[frame["status"] == "completed"].dropna(subset=["train_seconds"])
         own: dict[str, float] = {}
         by_row: dict[tuple[Any, Any], list[float]] = {}
-        by_model: dict[tuple[Any, Any, Any], list[float]] = {}
+        by_model: dict[tuple[Any, ...], list[float]] = {}
         for _, record in frame.iterrows() if frame is not None else []:
             took = float(record["train_seconds"])
             own[Path(record["run_dir"]).name] = took
             by_row.setdefault((record.get("label"), record["task"]), []).append(took)
-            by_model.setdefault((record.get("method"), record.get("student"), record["task"]), []).append(took)
+            workload = _workload(record.get("config") or {})
+            by_model.setdefault((record.get("method"), record.get("student"), record["task"], workload), []).append(took)
         seconds, estimated, by_another_row, unestimated = 0.0, 0, 0, []
         for name, run in runs.items():
             past = own.get(run.run_dir.name)
@@ -945,7 +948,8 @@ class TrainingEstimate:
                 task = run.values.get("task")
                 times = by_row.get((run.values["label"], task))
                 if not times:
-                    times = by_model.get((run.values.get("method"), run.values.get("student"), task))
+                    times = by_model.get((run.values.get("method"), run.values.get("student"), task,
+                                          _workload(_resolved_config(run.values))))
                     by_another_row += bool(times)
                 past = statistics.median(times) if times else None
             if past is None:
@@ -968,6 +972,28 @@ class TrainingEstimate:
         if self.unestimated:
             text += f"; no record to judge the other {len(self.unestimated)} from ({shown})"
         return text + "."
+
+
+def _workload(config: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What sets how many steps a run trains, from its config as a record stores it: the training
+    file's name, the sample cap, the epochs and step limit, and the method's own epoch and step counts
+    (TinyBERT's ``intermediate_epochs``, ...)."""
+    data, train = config.get("data") or {}, config.get("train") or {}
+    train_file = data.get("train_file")
+    own_counts = tuple(sorted((name, value) for name, value in (config.get("method_params") or {}).items()
+                              if name.endswith(("_epochs", "_steps"))))
+    return (Path(train_file).name if train_file else None, data.get("max_train_samples"), train.get("epochs"),
+            train.get("max_steps"), own_counts)
+
+
+def _resolved_config(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A sweep run's config as its record will store it: method parameters with their defaults."""
+    from kdbench.config import build_run_config
+    from kdbench.plugins import METHODS
+
+    config = build_run_config(dict(values))
+    method = METHODS.get(config.method).from_overrides(config.method_params)
+    return replace(config, method_params=method.params_dict()).to_dict()
 
 
 def _runs_to_do(runs: dict[str, Any], cells: set[str]) -> dict[str, Any]:

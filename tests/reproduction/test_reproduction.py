@@ -628,22 +628,31 @@ def test_a_row_never_recorded_on_a_task_is_judged_by_another_row_of_its_method_a
         tmp_path, shared_data, monkeypatch):
     """An ablation row (TinyBERT's top mapping) new to a task trains about as long as the full row of
     the same method and student there: its cells are judged by that row's median, and said to be; the
-    same model on another task, or another student on the task, does not count."""
-    from kdbench.reproduce import TrainingEstimate, select_runs
+    same model on another task, another student on the task, or a row of the same model that trains
+    another number of steps (other epochs, another training file) does not count."""
+    from kdbench.reproduce import TrainingEstimate, _resolved_config, select_runs
     from kdbench.sweep import expand, load_spec
 
     monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
     output, records = tmp_path / "runs", tmp_path / "records"
     runs = expand(select_runs(load_spec(SPEC_FOLDER / "tinybert-mappings.yaml"),
                               ["tinybert-td-3l-192-rte-s*", "tinybert-td-3l-192-top-rte-s*"]), output=output).runs
+    full_row = _resolved_config(runs["tinybert-td-3l-192-rte-s1"].values)  # as a record stores it
+    assert full_row["method_params"]["intermediate_epochs"] == 10
+    model = {"method": "tinybert", "student": "teacher-3l-192"}
     for seed, seconds in ((1, 300.0), (2, 500.0), (3, 350.0)):
         _write_record(records / runs[f"tinybert-td-3l-192-rte-s{seed}"].run_dir.name, status="completed",
-                      label="tinybert-td-3l-192", method="tinybert", student="teacher-3l-192", task="rte",
-                      train_seconds=seconds)
-    _write_record(records / "elsewhere-1", status="completed", label="tinybert-td-3l-192", method="tinybert",
-                  student="teacher-3l-192", task="cola", train_seconds=9000.0)
+                      label="tinybert-td-3l-192", **model, task="rte", train_seconds=seconds, config=full_row)
+    _write_record(records / "elsewhere-1", status="completed", label="tinybert-td-3l-192", **model, task="cola",
+                  train_seconds=9000.0, config=full_row)
     _write_record(records / "elsewhere-2", status="completed", label="tinybert-td-3l", method="tinybert",
-                  student="teacher-3l", task="rte", train_seconds=9000.0)
+                  student="teacher-3l", task="rte", train_seconds=9000.0, config=full_row)
+    longer = {**full_row, "method_params": {**full_row["method_params"], "intermediate_epochs": 20}}
+    augmented = {**full_row, "data": {**full_row["data"], "train_file": "augmented/rte-x4.tsv"}}
+    for name, config in (("more-epochs", longer), ("augmented", augmented)):
+        for seed in (1, 2, 3):
+            _write_record(records / f"{name}-{seed}", status="completed", label=name, **model, task="rte",
+                          train_seconds=9000.0, config=config)
 
     top = {name: run for name, run in runs.items() if name.startswith("tinybert-td-3l-192-top-rte-s")}
     estimate = TrainingEstimate.of(top, records)

@@ -35,7 +35,7 @@ import json
 import os
 import time
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -185,23 +185,46 @@ class TeacherOutputCache:
         """Record that a stage reads this folder now (the time ``kdbench cache`` lists and prunes by)."""
         mark_used(self.folder)
 
+    def allocate(self, name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """A zeroed array for field ``name``, memory-mapped to its temporary file in the folder: the
+        teacher pass fills it in place, so a field of many GB never has to fit in memory (a Slurm
+        job's memory limit, a laptop), and :meth:`write` renames the file into place."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        return np.lib.format.open_memmap(self._temporary(f"{name}.npy"), mode="w+", dtype=dtype, shape=shape)
+
+    def discard(self, arrays: Iterable[np.ndarray]) -> None:
+        """Remove the temporary files of arrays from :meth:`allocate` (a teacher pass that failed),
+        and the folder if that leaves it empty."""
+        for array in arrays:
+            if isinstance(array, np.memmap) and array.filename:
+                Path(array.filename).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.folder.rmdir()
+
     def write(self, arrays: Mapping[str, np.ndarray], seconds: float) -> None:
-        """Add fields atomically: each array goes to a temporary file renamed into place, then the
-        manifest is rewritten the same way, so a reader sees a field complete or not at all."""
+        """Add fields atomically: each array goes to a temporary file (already there for an array from
+        :meth:`allocate`) renamed into place, then the manifest is rewritten the same way, so a reader
+        sees a field complete or not at all."""
         self.folder.mkdir(parents=True, exist_ok=True)
         manifest = self.manifest()
         for name, array in arrays.items():
             file_name = f"{name}.npy"
-            temporary = self.folder / f".{file_name}.{os.getpid()}.tmp"
-            with temporary.open("wb") as handle:
-                np.save(handle, np.ascontiguousarray(array))
+            temporary = self._temporary(file_name)
+            if isinstance(array, np.memmap) and os.fspath(array.filename) == os.path.abspath(temporary):
+                array.flush()
+            else:
+                with temporary.open("wb") as handle:
+                    np.save(handle, np.ascontiguousarray(array))
             os.replace(temporary, self.folder / file_name)
             dtype = self.key.storage if split_field(name)[1] is not None else str(array.dtype)
             manifest["fields"][name] = {"file": file_name, "shape": list(array.shape), "dtype": dtype,
                                         "bytes": int(array.nbytes), "seconds": round(seconds, 3)}
-        temporary = self.folder / f".{MANIFEST}.{os.getpid()}.tmp"
+        temporary = self._temporary(MANIFEST)
         temporary.write_text(json.dumps(manifest, indent=1))
         os.replace(temporary, self.folder / MANIFEST)
+
+    def _temporary(self, file_name: str) -> Path:
+        return self.folder / f".{file_name}.{os.getpid()}.tmp"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,13 +294,16 @@ def plan_stage(stage_name: str, request: Any, head: str, *, enabled: bool, trans
 # Filling the cache: one teacher pass over the training set
 # ---------------------------------------------------------------------------------------------
 def compute_teacher_outputs(teacher: Any, dataset: Any, collate: Any, fields: tuple[str, ...], *, batch_size: int,
-                            max_length: int, device: Any, autocast_dtype: Any = None,
-                            storage: str = "float16") -> dict[str, np.ndarray]:
+                            max_length: int, device: Any, autocast_dtype: Any = None, storage: str = "float16",
+                            allocate: Callable[[str, tuple[int, ...], Any], np.ndarray] | None = None,
+                            ) -> dict[str, np.ndarray]:
     """Run ``teacher`` (eval, no grad) over ``dataset`` and return the requested fields by row.
 
     Rows are visited sorted by length so batches carry little padding; fields with a sequence axis
     are computed on batches padded to the longest row (at most ``max_length``). Per-layer fields
-    come back in ``storage`` precision (bfloat16 as its raw bits, dtype uint16).
+    come back in ``storage`` precision (bfloat16 as its raw bits, dtype uint16). ``allocate(name,
+    shape, dtype)`` gives each field's zeroed array (default: in memory; the cache passes
+    :meth:`TeacherOutputCache.allocate`, arrays on disk).
     """
     import torch
 
@@ -313,7 +339,8 @@ def compute_teacher_outputs(teacher: Any, dataset: Any, collate: Any, fields: tu
                 for name in fields:
                     array = _to_storage(_field_value(features, name), storage if "." in name else "float32")
                     if name not in out:
-                        out[name] = np.zeros((len(order), *array.shape[1:]), dtype=array.dtype)
+                        shape = (len(order), *array.shape[1:])
+                        out[name] = allocate(name, shape, array.dtype) if allocate else np.zeros(shape, array.dtype)
                     out[name][chosen] = array
     finally:
         capture.remove()
@@ -448,9 +475,19 @@ def prepare_cached_teacher(plan: CachePlan, cache: TeacherOutputCache, teacher: 
     plan.hit = not missing
     if missing:
         started = time.perf_counter()
-        arrays = compute_teacher_outputs(teacher, dataset, collate, missing, batch_size=batch_size,
-                                         max_length=max_length, device=device, autocast_dtype=autocast_dtype,
-                                         storage=cache.key.storage)
+        allocated: list[np.ndarray] = []
+
+        def allocate(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+            allocated.append(cache.allocate(name, shape, dtype))
+            return allocated[-1]
+
+        try:
+            arrays = compute_teacher_outputs(teacher, dataset, collate, missing, batch_size=batch_size,
+                                             max_length=max_length, device=device, autocast_dtype=autocast_dtype,
+                                             storage=cache.key.storage, allocate=allocate)
+        except BaseException:
+            cache.discard(allocated)
+            raise
         plan.precompute_seconds = round(time.perf_counter() - started, 3)
         cache.write(arrays, plan.precompute_seconds)
     manifest = cache.manifest()["fields"]

@@ -227,6 +227,49 @@ def test_reused_when_inputs_equal_recomputed_when_any_changes(tmp_path, monkeypa
     assert len(calls) == 5
 
 
+def test_a_teacher_pass_fills_its_fields_on_disk_not_in_memory(tmp_path, monkeypatch):
+    """The per-layer fields of a large training set pass a job's memory limit long before its disk
+    budget (an 11 GB cache for TinyBERT's augmented CoLA): the pass writes each field into its file
+    as it goes. The files equal what a pass in memory computes, bit for bit, and no temporary is left."""
+    teacher, request = _tiny_teacher(), FeatureRequest(hidden_states=True, attention_scores=True)
+    session = _session(tmp_path, teacher, _dataset(LENGTHS), budget_mb=10)
+    filled = {}
+    real = C.compute_teacher_outputs
+
+    def spy(*args, **kwargs):
+        filled.update(real(*args, **kwargs))
+        return filled
+
+    monkeypatch.setattr(C, "compute_teacher_outputs", spy)
+    session.for_stage(Stage("s", loss=None, teacher_features=request))
+    folder = Path(session.summary()["folder"])
+    assert sorted(filled) == ["attention_scores.0", "attention_scores.1", "hidden_states.0", "hidden_states.1",
+                              "hidden_states.2", "logits"]
+    assert all(isinstance(array, np.memmap) and Path(array.filename).parent == folder for array in filled.values())
+    in_memory = real(teacher, session.dataset, session.collate, tuple(filled), batch_size=4, max_length=24,
+                     device=torch.device("cpu"))
+    for name, array in in_memory.items():
+        assert type(array) is np.ndarray
+        np.testing.assert_array_equal(session.cache().load(name), array)
+    assert sorted(path.name for path in folder.iterdir() if path.name.endswith(".tmp")) == []
+
+
+def test_a_teacher_pass_that_fails_leaves_no_partial_field(tmp_path):
+    teacher = _tiny_teacher()
+    calls = []
+
+    def fail_on_the_second_batch(module, args, output):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("out of memory")
+
+    teacher.bert.encoder.register_forward_hook(fail_on_the_second_batch)
+    session = _session(tmp_path, teacher, _dataset(LENGTHS), budget_mb=10)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        session.for_stage(Stage("s", loss=None, teacher_features=FeatureRequest(hidden_states=True)))
+    assert len(calls) == 2 and not session.cache().folder.exists()  # the first batch's temporary files are gone
+
+
 def test_truncated_cache_file_is_an_error(tmp_path):
     session = _session(tmp_path, _tiny_teacher(), _dataset(LENGTHS))
     session.for_stage(Stage("kd", loss=None))

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import time
 import types
@@ -46,6 +47,8 @@ from kdbench.cache_paths import CACHE_ENV, TEACHER_OUTPUTS, cache_dir  # noqa: F
 from kdbench.config import ConfigError
 from kdbench.disk import free_disk_bytes
 
+# A child of the engine's run logger (kdbench.engine.run_log.RUN_LOGGER): its lines go to the run's train.log.
+log = logging.getLogger("kdbench.run.cache")
 EXAMPLE_INDEX = "kd_index"  # training-set column: the row's position in the cached arrays
 LENGTH_COLUMN = "length"  # training-set column read by Trainer's group_by_length sampler
 MANIFEST = "manifest.json"
@@ -296,14 +299,14 @@ def plan_stage(stage_name: str, request: Any, head: str, *, enabled: bool, trans
 def compute_teacher_outputs(teacher: Any, dataset: Any, collate: Any, fields: tuple[str, ...], *, batch_size: int,
                             max_length: int, device: Any, autocast_dtype: Any = None, storage: str = "float16",
                             allocate: Callable[[str, tuple[int, ...], Any], np.ndarray] | None = None,
-                            ) -> dict[str, np.ndarray]:
+                            progress: str | None = None) -> dict[str, np.ndarray]:
     """Run ``teacher`` (eval, no grad) over ``dataset`` and return the requested fields by row.
 
     Rows are visited sorted by length so batches carry little padding; fields with a sequence axis
     are computed on batches padded to the longest row (at most ``max_length``). Per-layer fields
     come back in ``storage`` precision (bfloat16 as its raw bits, dtype uint16). ``allocate(name,
     shape, dtype)`` gives each field's zeroed array (default: in memory; the cache passes
-    :meth:`TeacherOutputCache.allocate`, arrays on disk).
+    :meth:`TeacherOutputCache.allocate`, arrays on disk). ``progress``: a progress bar of that name.
     """
     import torch
 
@@ -324,6 +327,11 @@ def compute_teacher_outputs(teacher: Any, dataset: Any, collate: Any, fields: tu
     was_training = teacher.training
     teacher.eval()
     capture = FeatureCapture(teacher, request)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(order), desc=progress, unit="row", dynamic_ncols=True, mininterval=1.0)
     try:
         with torch.inference_mode():
             for start in range(0, len(order), batch_size):
@@ -342,7 +350,11 @@ def compute_teacher_outputs(teacher: Any, dataset: Any, collate: Any, fields: tu
                         shape = (len(order), *array.shape[1:])
                         out[name] = allocate(name, shape, array.dtype) if allocate else np.zeros(shape, array.dtype)
                     out[name][chosen] = array
+                if bar is not None:
+                    bar.update(len(chosen))
     finally:
+        if bar is not None:
+            bar.close()
         capture.remove()
         teacher.train(was_training)
     return out
@@ -474,6 +486,8 @@ def prepare_cached_teacher(plan: CachePlan, cache: TeacherOutputCache, teacher: 
     missing = tuple(name for name in plan.fields if not cache.has(name))
     plan.hit = not missing
     if missing:
+        _say(f"stage {plan.stage}: filling the teacher-output cache ({len(missing)} field(s) of {dataset.num_rows} rows, "
+             f"one teacher pass) in {cache.folder}")
         started = time.perf_counter()
         allocated: list[np.ndarray] = []
 
@@ -484,12 +498,15 @@ def prepare_cached_teacher(plan: CachePlan, cache: TeacherOutputCache, teacher: 
         try:
             arrays = compute_teacher_outputs(teacher, dataset, collate, missing, batch_size=batch_size,
                                              max_length=max_length, device=device, autocast_dtype=autocast_dtype,
-                                             storage=cache.key.storage, allocate=allocate)
+                                             storage=cache.key.storage, allocate=allocate,
+                                             progress=f"{plan.stage}: teacher outputs")
         except BaseException:
             cache.discard(allocated)
             raise
         plan.precompute_seconds = round(time.perf_counter() - started, 3)
         cache.write(arrays, plan.precompute_seconds)
+        _say(f"stage {plan.stage}: teacher-output cache filled in {plan.precompute_seconds:.0f} s "
+             f"({sum(array.nbytes for array in arrays.values()) / 2**20:.1f} MB)")
     manifest = cache.manifest()["fields"]
     sizes = {name: int(manifest[name]["bytes"]) for name in plan.fields}
     plan.bytes = sum(sizes.values())
@@ -497,6 +514,12 @@ def prepare_cached_teacher(plan: CachePlan, cache: TeacherOutputCache, teacher: 
     plan.bytes_per_example = round(plan.bytes / max(1, dataset.num_rows), 1)
     return CachedTeacher.open(cache, plan.fields, device, probs_wanted,
                               num_layers=int(teacher.config.num_hidden_layers))
+
+
+def _say(message: str) -> None:
+    """To the run's log and the console, as the engine reports a stage's start."""
+    log.info(message)
+    print(f"[kdbench] {message}", flush=True)
 
 
 # ---------------------------------------------------------------------------------------------

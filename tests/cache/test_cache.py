@@ -227,10 +227,13 @@ def test_reused_when_inputs_equal_recomputed_when_any_changes(tmp_path, monkeypa
     assert len(calls) == 5
 
 
-def test_a_teacher_pass_fills_its_fields_on_disk_not_in_memory(tmp_path, monkeypatch):
+def test_a_teacher_pass_fills_its_fields_on_disk_not_in_memory(tmp_path, monkeypatch, capsys):
     """The per-layer fields of a large training set pass a job's memory limit long before its disk
     budget (an 11 GB cache for TinyBERT's augmented CoLA): the pass writes each field into its file
-    as it goes. The files equal what a pass in memory computes, bit for bit, and no temporary is left."""
+    as it goes. The files equal what a pass in memory computes, bit for bit, and no temporary is left.
+    The pass (minutes) is announced, with its progress, in the console and the run's log."""
+    from kdbench.engine.run_log import run_log_file
+
     teacher, request = _tiny_teacher(), FeatureRequest(hidden_states=True, attention_scores=True)
     session = _session(tmp_path, teacher, _dataset(LENGTHS), budget_mb=10)
     filled = {}
@@ -241,8 +244,15 @@ def test_a_teacher_pass_fills_its_fields_on_disk_not_in_memory(tmp_path, monkeyp
         return filled
 
     monkeypatch.setattr(C, "compute_teacher_outputs", spy)
-    session.for_stage(Stage("s", loss=None, teacher_features=request))
+    with run_log_file(tmp_path / "run") as log_path:
+        session.for_stage(Stage("s", loss=None, teacher_features=request))
     folder = Path(session.summary()["folder"])
+    said = capsys.readouterr()
+    logged = log_path.read_text()
+    for text in (said.out, logged):
+        assert f"stage s: filling the teacher-output cache (6 field(s) of {len(LENGTHS)} rows, one teacher pass)" in text
+        assert "stage s: teacher-output cache filled in " in text
+    assert "s: teacher outputs: 100%|" in said.err and f"{len(LENGTHS)}/{len(LENGTHS)}" in said.err
     assert sorted(filled) == ["attention_scores.0", "attention_scores.1", "hidden_states.0", "hidden_states.1",
                               "hidden_states.2", "logits"]
     assert all(isinstance(array, np.memmap) and Path(array.filename).parent == folder for array in filled.values())

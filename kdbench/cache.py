@@ -45,10 +45,10 @@ import numpy as np
 
 from kdbench.cache_paths import CACHE_ENV, TEACHER_OUTPUTS, cache_dir  # noqa: F401 (CACHE_ENV: re-exported)
 from kdbench.config import ConfigError
+from kdbench.console import RUN_LOGGER
 from kdbench.disk import free_disk_bytes
 
-# A child of the engine's run logger (kdbench.engine.run_log.RUN_LOGGER): its lines go to the run's train.log.
-log = logging.getLogger("kdbench.run.cache")
+log = logging.getLogger(f"{RUN_LOGGER}.cache")  # a child of the run logger: its lines go to the run's train.log
 EXAMPLE_INDEX = "kd_index"  # training-set column: the row's position in the cached arrays
 LENGTH_COLUMN = "length"  # training-set column read by Trainer's group_by_length sampler
 MANIFEST = "manifest.json"

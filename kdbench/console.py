@@ -15,6 +15,8 @@ import os
 import sys
 from typing import Any, TextIO
 
+RUN_LOGGER = "kdbench.run"  # a run's progress lines: to its train.log (kdbench.engine.run_log attaches the file)
+
 GONE_ERRNOS = (errno.EPIPE, errno.EIO, errno.ENXIO)
 
 

@@ -24,12 +24,12 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from kdbench.console import RUN_LOGGER
 from kdbench.records import default_file_mode
 
 LOSS_TERMS_FILE = "loss_terms.jsonl"
 LOG_FILE = "train.log"
 LOSS_TERM_PREFIX = "loss/"
-RUN_LOGGER = "kdbench.run"  # progress lines: to the run's log file (the console gets them from the bar)
 
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

@@ -612,6 +612,9 @@ class TeacherCacheSession:
                     f"{free / 2**20:.1f} MB free, {DISK_HEADROOM_BYTES // 2**20} MB of which are left alone; "
                     "recomputed")
         if plan.source != "cache":
+            if self.enabled:
+                # A live teacher can cost a stage several times its cached time: say so when it starts.
+                _say(f"stage {plan.stage}: the teacher runs live, not from the teacher-output cache: {plan.reason}")
             return None
         autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
         return prepare_cached_teacher(plan, self.cache(), self.teacher, self.dataset, self.collate,

@@ -327,6 +327,28 @@ def test_a_cache_fill_that_would_fill_the_disk_runs_the_teacher_instead(tmp_path
     assert session.for_stage(Stage("hidden", loss=None, teacher_features=request)) is not None
 
 
+def test_a_stage_over_the_budget_says_that_its_teacher_runs_live(tmp_path, capsys):
+    """A live teacher can cost a long stage hours (TinyBERT's intermediate stage on augmented SST-2
+    passed the 16 GB budget and ran live with no word in its log): the run's log and console say so
+    when the stage starts, with the reason the record keeps. A cache the user switched off is not
+    announced."""
+    from kdbench.engine.run_log import run_log_file
+
+    teacher, request = _tiny_teacher(), FeatureRequest(hidden_states=True, attention_scores=True)
+    stage = Stage("intermediate", loss=None, teacher_features=request)
+    over = _session(tmp_path, teacher, _dataset(LENGTHS), budget_mb=0.001)
+    with run_log_file(tmp_path / "run") as log_path:
+        assert over.for_stage(stage) is None
+    reason = over.plans[0].reason
+    assert "> teacher_cache_budget_mb=0.001" in reason
+    said, logged = capsys.readouterr().out, log_path.read_text()
+    for text in (said, logged):
+        assert f"stage intermediate: the teacher runs live, not from the teacher-output cache: {reason}" in text
+    off = _session(tmp_path, teacher, _dataset(LENGTHS), budget_mb=10, enabled=False)
+    assert off.for_stage(stage) is None and off.plans[0].reason == "teacher_cache=false"
+    assert "runs live" not in capsys.readouterr().out
+
+
 def test_free_disk_bytes_reads_the_nearest_existing_folder(tmp_path):
     import shutil
 

@@ -176,7 +176,7 @@ def read_curves(run_dir: Path) -> Curves:
     return curves
 
 
-STEP_KEYS = ("stage", "step", "epoch", "lr", "loss")
+STEP_KEYS = ("stage", "step", "epoch", "lr", "loss", "window_steps")  # kdbench.engine.run_log.LOG_LINE_KEYS
 
 
 def plot_curves(curves: Curves, title: str, main_metric: str | None) -> bytes | None:
@@ -367,14 +367,17 @@ def curves_section(records: list[dict[str, Any]], names: Mapping[str, str]) -> s
             parts.append(f'<figure {anchor}><figcaption>{_e(name)}: no loss terms logged '
                          f"({LOSS_TERMS_FILE} or checkpoint trainer_state.json)</figcaption></figure>")
             continue
-        last = {stage: entries[-1] for stage, entries in curves.steps.items() if entries}
-        summary = "; ".join(f"{stage}: " + ", ".join(f"{k} {v:.4g}" for k, v in entry.items()
-                                                     if k not in ("stage", "step", "epoch", "lr")
-                                                     and isinstance(v, int | float))
-                            for stage, entry in last.items())
+        summary = "; ".join(_last_epoch_summary(stage, entries) for stage, entries in curves.steps.items() if entries)
         parts.append(f"<figure {anchor}>{_img(png, f'loss curves of {name}')}<figcaption>{_e(name)} "
-                     f"(from {_e(curves.source)}); last logged: {_e(summary)}</figcaption></figure>")
+                     f"(from {_e(curves.source)}); mean over the last epoch: {_e(summary)}</figcaption></figure>")
     return "\n".join(parts) or '<p class="empty">no runs</p>'
+
+
+def _last_epoch_summary(stage: str, entries: list[dict[str, Any]]) -> str:
+    from kdbench.engine.run_log import last_epoch_loss_terms
+
+    terms, steps = last_epoch_loss_terms(entries)
+    return f"{stage}: " + ", ".join(f"{name} {value:.4g}" for name, value in terms.items()) + f" ({steps} steps)"
 
 
 def failures_section(records: list[dict[str, Any]], sweep_folder: Path | None) -> str:

@@ -1,7 +1,8 @@
 """What a long run leaves behind and shows while it trains.
 
 - ``RUN/loss_terms.jsonl``: one JSON object per logged step,
-  ``{"stage", "step", "epoch", "lr", "loss", "<term>": value, ...}``, and one per evaluation,
+  ``{"stage", "step", "epoch", "lr", "loss", "window_steps", "<term>": value, ...}`` (each value the
+  mean over the ``window_steps`` training steps since the previous line), and one per evaluation,
   ``{"stage", "step", "eval": {metric: value}}`` (the file other tools plot loss curves from);
 - ``RUN/train.log``: the run's log (stage starts, one line per logged step with the loss terms, each
   evaluation, each checkpoint, resumes, warnings of the libraries);
@@ -18,7 +19,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ from kdbench.records import default_file_mode
 LOSS_TERMS_FILE = "loss_terms.jsonl"
 LOG_FILE = "train.log"
 LOSS_TERM_PREFIX = "loss/"
+WINDOW_STEPS = "window_steps"  # in a log and a loss_terms.jsonl line: how many steps its means cover
+LOG_LINE_KEYS = ("stage", "step", "epoch", "lr", "loss", WINDOW_STEPS)  # a logged line's fields besides its terms
 
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -65,6 +68,39 @@ def eval_metrics_of(logs: dict[str, Any]) -> dict[str, float]:
             if key.startswith("eval_") and key != "eval_runtime" and isinstance(value, (int, float))}
 
 
+def last_epoch_loss_terms(entries: Sequence[Mapping[str, Any]]) -> tuple[dict[str, float], int]:
+    """Per-term means over a stage's last epoch, and the number of training steps they cover.
+
+    ``entries``: one stage's logged lines of ``loss_terms.jsonl``, in step order. Each line's terms
+    are means over its window, so the result weights each line by its ``window_steps`` (for lines
+    written before that field, the steps since the previous line). The span is the last epoch, or the
+    second half of a stage that trains under two epochs; a line counts when its window ends inside
+    the span, so the span is exact to one logging window.
+
+    Why not the last logged line: when the step count is not a multiple of ``logging_steps``, that
+    line averages a short tail of the epoch, and a length-grouped sampler ends each megabatch on its
+    shortest rows, so the tail reads low (TinyBERT's intermediate loss on augmented SST-2: 1.84 over
+    the last 15 steps against 2.72 over the last epoch)."""
+    logged = [entry for entry in entries if isinstance(entry.get("loss"), (int, float))]
+    if not logged:
+        return {}, 0
+    end = float(logged[-1].get("epoch") or 0.0)
+    start = end - min(1.0, end / 2)
+    sums: dict[str, float] = {}
+    covered, previous_step = 0, 0
+    for entry in logged:
+        step = int(entry.get("step") or 0)
+        weight = int(entry.get(WINDOW_STEPS) or step - previous_step)
+        previous_step = step
+        if float(entry.get("epoch") or 0.0) <= start or weight <= 0:
+            continue
+        covered += weight
+        for name, value in entry.items():
+            if name not in LOG_LINE_KEYS and isinstance(value, (int, float)):
+                sums[name] = sums.get(name, 0.0) + weight * float(value)
+    return {name: total / covered for name, total in sums.items()} if covered else {}, covered
+
+
 class LossTermsFile:
     """``RUN/loss_terms.jsonl``, appended line by line (flushed, so a kill loses no finished line)."""
 
@@ -87,6 +123,20 @@ class LossTermsFile:
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
         os.replace(tmp, self.path)
+
+    def stage_lines(self, stage: str) -> list[dict[str, Any]]:
+        """The logged lines of ``stage`` (not its evaluations), in the order they were written."""
+        if not self.path.is_file():
+            return []
+        lines = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:  # a line cut by a kill
+                continue
+            if entry.get("stage") == stage and "loss" in entry:
+                lines.append(entry)
+        return lines
 
     def append(self, entry: dict[str, Any]) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, default_file_mode())
@@ -148,6 +198,8 @@ class StageProgress(TrainerCallback):
             self.last_lr = float(logs.get("learning_rate", self.last_lr))
             entry = {"stage": self.stage, "step": state.global_step, "epoch": round(float(state.epoch or 0.0), 4),
                      "lr": self.last_lr, "loss": float(loss), **terms}
+            if isinstance(logs.get(WINDOW_STEPS), int):
+                entry[WINDOW_STEPS] = logs[WINDOW_STEPS]
             self.terms_file.append(entry)
             self.last_terms = terms
             self._say(f"{self.stage} step {state.global_step}/{state.max_steps} epoch {entry['epoch']:.2f} "

@@ -32,7 +32,7 @@ from kdbench.engine.models import DistillationModule, training_device
 from kdbench.engine.planning import RunPlan, plan_run
 from kdbench.engine.preflight import preflight
 from kdbench.engine.resume import RunClock, StageClock, interrupted_status
-from kdbench.engine.run_log import StageProgress, TimedCheckpoints, run_log_file
+from kdbench.engine.run_log import StageProgress, TimedCheckpoints, last_epoch_loss_terms, run_log_file
 from kdbench.engine.setup import prepare_run
 from kdbench.engine.trainer import DistillationTrainer, ResumeLogger, stage_optimization, training_arguments
 from kdbench.errors import DataError, TrainingOutOfMemoryError, is_out_of_memory
@@ -62,7 +62,12 @@ class StageResult:
     metrics: dict[str, float] = field(default_factory=dict)
     resumed_from: str | None = None
     skipped: bool = False
-    final_loss_terms: dict[str, float] = field(default_factory=dict)  # per-term means, last logged window
+    # Per-term means of the last logged window: with a step count that is not a multiple of
+    # logging_steps, a short tail of the epoch, which reads low under length-grouped batches.
+    final_loss_terms: dict[str, float] = field(default_factory=dict)
+    # Per-term means over the last epoch (the second half of a stage under two epochs), and the steps they cover.
+    last_epoch_loss_terms: dict[str, float] = field(default_factory=dict)
+    last_epoch_loss_steps: int = 0
     optimization: dict[str, Any] = field(default_factory=dict)  # resolved values and where each came from
 
 
@@ -267,9 +272,11 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
     metrics = {}
     if trainer.state.best_metric is not None:
         metrics[args.metric_for_best_model] = trainer.state.best_metric
+    last_epoch, last_epoch_steps = last_epoch_loss_terms(progress.terms_file.stage_lines(stage.name))
     result = StageResult(stage.name, trainer.state.global_step, round(seconds, 2), metrics, checkpoint,
                          final_loss_terms={name: round(value, 6) for name, value in trainer.last_loss_terms.items()},
-                         optimization=optimization.to_dict())
+                         last_epoch_loss_terms={name: round(value, 6) for name, value in last_epoch.items()},
+                         last_epoch_loss_steps=last_epoch_steps, optimization=optimization.to_dict())
     if is_main_process():
         save_module(module, folder / STAGE_FINAL, tokenizer)
         write_json_atomic(done, result.__dict__)

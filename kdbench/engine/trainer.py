@@ -18,6 +18,7 @@ from kdbench.engine.checkpoints import load_module, save_module
 from kdbench.engine.evaluation import evaluate_student, model_inputs
 from kdbench.engine.optimizer import build_adamw
 from kdbench.engine.resume import reproducible_sampler
+from kdbench.engine.run_log import WINDOW_STEPS
 from kdbench.features import Features
 from kdbench.lamb import Lamb
 from kdbench.method import ParamGroup, Stage, all_parameters
@@ -121,6 +122,7 @@ class DistillationTrainer(Trainer):
             self.check_finite()
             self.last_loss_terms = {name: float(total) / self._term_steps for name, total in self._term_sums.items()}
             logs.update({f"loss/{name}": value for name, value in self.last_loss_terms.items()})
+            logs[WINDOW_STEPS] = self._term_steps
             self._term_sums.clear()
             self._term_steps = 0
             if self.optimizer is not None and len({g["name"] for g in self.optimizer.param_groups}) > 1:

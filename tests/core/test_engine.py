@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from transformers import AutoModelForSequenceClassification
 
 from kdbench.cli import main
@@ -69,6 +70,9 @@ def test_a_stage_shorter_than_logging_steps_still_records_its_loss_terms(tiny_te
     terms = stage["final_loss_terms"]
     assert set(terms) == {"ce", "kd"}, "the 3 steps after the last periodic log were never reported"
     assert all(0.0 < value < 50.0 for value in terms.values())
+    # the stage's one logged window covers all 3 steps, so its last-epoch means are that window's
+    assert stage["last_epoch_loss_steps"] == 3
+    assert stage["last_epoch_loss_terms"] == pytest.approx(terms, rel=1e-5)
 
 
 def test_repeating_a_finished_run_trains_nothing(tiny_teacher, shared_data, tmp_path, capsys):

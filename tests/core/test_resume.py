@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 from transformers import TrainerCallback
@@ -70,7 +71,11 @@ def test_resumed_run_is_bit_exact_requeued_while_held_and_its_times_add_up(tmp_p
     stage = record["stages"][0]
     assert record["status"] == "completed" and record["attempts"] == 2
     assert stage["resumed_from"].endswith("checkpoint-8") and stage["steps"] == 12
-    assert stage["final_loss_terms"] == json.loads((straight / "result.json").read_text())["stages"][0]["final_loss_terms"]
+    straight_stage = json.loads((straight / "result.json").read_text())["stages"][0]
+    assert stage["final_loss_terms"] == straight_stage["final_loss_terms"]
+    # the lines logged before the interruption count too: the resumed run's last epoch is the straight run's
+    assert stage["last_epoch_loss_steps"] == straight_stage["last_epoch_loss_steps"] > 0
+    assert stage["last_epoch_loss_terms"] == pytest.approx(straight_stage["last_epoch_loss_terms"], rel=1e-6)
     attempts = json.loads((resumed / "attempts.json").read_text())["attempts"]
     assert [a["ended"] for a in attempts] == ["requeued", "completed"]
     assert record["train_seconds"] == round(sum(a["seconds"] for a in attempts), 2) > held["train_seconds"] > 0

@@ -147,7 +147,8 @@ def test_a_folder_of_runs_becomes_one_page_with_tables_plots_curves_and_failures
     assert set(curves) == {"run-kd-mrpc-1", "run-kd-mrpc-2", "run-kd-mrpc-3"}
     _png(curves["run-kd-mrpc-1"]["images"][0])
     assert "from loss_terms.jsonl" in curves["run-kd-mrpc-1"]["caption"]
-    assert "loss 0.625, ce 0.375, kd 0.25" in curves["run-kd-mrpc-1"]["caption"]
+    # one epoch in all: its second half, the line at step 20 (the line at epoch 0.5 ends before it)
+    assert "mean over the last epoch: kd: ce 0.375, kd 0.25 (10 steps)" in curves["run-kd-mrpc-1"]["caption"]
     assert "from trainer_state.json" in curves["run-kd-mrpc-2"]["caption"]
     assert curves["run-kd-mrpc-3"]["images"] == [] and "no loss terms logged" in curves["run-kd-mrpc-3"]["caption"]
     (failure,) = page.tables["failures"][1:]

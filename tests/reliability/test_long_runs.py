@@ -38,7 +38,8 @@ def test_run_folder_holds_log_loss_terms_and_only_the_last_checkpoint(tiny_world
     evals = [entry for entry in lines if "eval" in entry]
     assert [e["step"] for e in steps] == [2, 4, 6] and [e["step"] for e in evals] == [3, 6]
     for entry in steps:
-        assert set(entry) == {"stage", "step", "epoch", "lr", "loss", "ce", "kd"} and entry["stage"] == "kd"
+        assert set(entry) == {"stage", "step", "epoch", "lr", "loss", "window_steps", "ce", "kd"}
+        assert entry["stage"] == "kd" and entry["window_steps"] == 2
         assert entry["loss"] == pytest.approx(entry["ce"] + entry["kd"], rel=1e-5)  # the terms add up to the loss
         assert entry["lr"] > 0 and entry["epoch"] > 0
     assert set(evals[0]["eval"]) == {"acc"}

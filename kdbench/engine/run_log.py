@@ -107,36 +107,29 @@ class LossTermsFile:
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / LOSS_TERMS_FILE
 
+    def _lines(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Each whole line as written and its entry (a line cut by a kill is left out)."""
+        if not self.path.is_file():
+            return
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                yield line, json.loads(line)
+            except ValueError:
+                continue
+
     def drop_after(self, stage: str, step: int) -> None:
         """Forget the lines of ``stage`` after ``step``: a resumed stage logs those steps again."""
         if not self.path.is_file():
             return
-        kept = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:  # a line cut by a kill
-                continue
-            if entry.get("stage") == stage and int(entry.get("step", 0)) > step:
-                continue
-            kept.append(line)
+        kept = [line for line, entry in self._lines()
+                if not (entry.get("stage") == stage and int(entry.get("step", 0)) > step)]
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
         os.replace(tmp, self.path)
 
     def stage_lines(self, stage: str) -> list[dict[str, Any]]:
         """The logged lines of ``stage`` (not its evaluations), in the order they were written."""
-        if not self.path.is_file():
-            return []
-        lines = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:  # a line cut by a kill
-                continue
-            if entry.get("stage") == stage and "loss" in entry:
-                lines.append(entry)
-        return lines
+        return [entry for _, entry in self._lines() if entry.get("stage") == stage and "loss" in entry]
 
     def append(self, entry: dict[str, Any]) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, default_file_mode())

@@ -36,8 +36,7 @@ from typing import Any
 
 from kdbench.config import ConfigError
 from kdbench.disk import STAGES_DIR
-
-LOSS_TERMS_FILE = "loss_terms.jsonl"  # the per-step contract of kdbench.engine.run_log
+from kdbench.loss_log import LOG_LINE_KEYS, LOSS_TERMS_FILE, last_epoch_loss_terms
 SWEEP_MANIFEST = "sweep.json"
 STUDY_FILES = ("study.journal", "study.db", "best.json")
 SKIPPED_FOLDERS = (".kdbench-sweep", ".submitit", "checkpoint-", "model", "stages", "wandb", "tensorboard")
@@ -176,9 +175,6 @@ def read_curves(run_dir: Path) -> Curves:
     return curves
 
 
-STEP_KEYS = ("stage", "step", "epoch", "lr", "loss", "window_steps")  # kdbench.engine.run_log.LOG_LINE_KEYS
-
-
 def plot_curves(curves: Curves, title: str, main_metric: str | None) -> bytes | None:
     """PNG bytes: one panel per stage, the total loss and each term against the step (log scale when
     the lines span more than two decades), the dev ``main_metric`` on a right axis."""
@@ -194,7 +190,7 @@ def plot_curves(curves: Curves, title: str, main_metric: str | None) -> bytes | 
     for ax, stage in zip(axes[0], stages):
         entries = curves.steps[stage]
         steps = [e.get("step") for e in entries]
-        terms = [k for k in dict.fromkeys(k for e in entries for k in e) if k not in STEP_KEYS]
+        terms = [k for k in dict.fromkeys(k for e in entries for k in e) if k not in LOG_LINE_KEYS]
         values = []
         ax.plot(steps, [e.get("loss") for e in entries], color="black", linewidth=1.8, label="loss (total)")
         values += [e.get("loss") for e in entries]
@@ -374,8 +370,6 @@ def curves_section(records: list[dict[str, Any]], names: Mapping[str, str]) -> s
 
 
 def _last_epoch_summary(stage: str, entries: list[dict[str, Any]]) -> str:
-    from kdbench.engine.run_log import last_epoch_loss_terms
-
     terms, steps = last_epoch_loss_terms(entries)
     return f"{stage}: " + ", ".join(f"{name} {value:.4g}" for name, value in terms.items()) + f" ({steps} steps)"
 

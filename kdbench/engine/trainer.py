@@ -18,9 +18,9 @@ from kdbench.engine.checkpoints import load_module, save_module
 from kdbench.engine.evaluation import evaluate_student, model_inputs
 from kdbench.engine.optimizer import build_adamw
 from kdbench.engine.resume import reproducible_sampler
-from kdbench.engine.run_log import WINDOW_STEPS
 from kdbench.features import Features
 from kdbench.lamb import Lamb
+from kdbench.loss_log import WINDOW_STEPS
 from kdbench.method import ParamGroup, Stage, all_parameters
 from kdbench.optimization import ResolvedOptimization, mobilebert_phase_factor, resolve_stage
 from kdbench.task import EncodedSplit, Task

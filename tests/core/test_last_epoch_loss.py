@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kdbench.engine.run_log import last_epoch_loss_terms
+from kdbench.loss_log import last_epoch_loss_terms
 
 
 def _line(step: int, epoch: float, window: int | None, **terms: float) -> dict:

@@ -556,7 +556,8 @@ def test_recorded_stages_that_train_again_on_other_hardware_are_named_first(tmp_
     or already trained in this runs folder, is not named; one whose record names no machine is."""
     from kdbench.cli import main
     from kdbench.records import compute_environment, library_versions
-    from kdbench.reproduce import _stage_alone, build_prerequisites, stages_retrained_elsewhere, write_selection
+    from kdbench.reproduce import build_prerequisites, stages_retrained_elsewhere, write_selection
+    from kdbench.reproduce.prerequisites import stage_alone
     from kdbench.sweep import expand, load_spec
 
     monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
@@ -566,7 +567,7 @@ def test_recorded_stages_that_train_again_on_other_hardware_are_named_first(tmp_
     run_spec = write_selection(spec_path, ["wo-td-rte-s1"], output)
     assert build_prerequisites("tinybert-procedures", run_spec, output, [], dry_run=True) == 0  # the corpus GD reads
     stages = expand(load_spec(spec_path), output=output).runs
-    stages["teacher-mlm"] = expand(_stage_alone(load_spec(spec_path), "teacher-mlm"), output=output).runs["teacher-mlm"]
+    stages["teacher-mlm"] = expand(stage_alone(load_spec(spec_path), "teacher-mlm"), output=output).runs["teacher-mlm"]
     here, versions = compute_environment(), library_versions()
     elsewhere = {**here, "cpu": "Another CPU"}
     _write_record(records / stages["teacher-rte"].run_dir.name, status="completed", machine=elsewhere, versions=versions)
@@ -597,7 +598,8 @@ def test_recorded_stages_that_train_again_on_other_hardware_are_named_first(tmp_
 def test_missing_estimates_the_training_left_from_the_records(tmp_path, shared_data, monkeypatch):
     """A stage to redo counts its own recorded training, a cell the median of its row's recorded runs
     on that task; a row never recorded on the task is named, not guessed."""
-    from kdbench.reproduce import TrainingEstimate, _runs_to_do, recorded_cells, select_runs
+    from kdbench.reproduce import TrainingEstimate, recorded_cells, select_runs
+    from kdbench.reproduce.selection import _runs_to_do
     from kdbench.sweep import expand, load_spec
 
     monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
@@ -630,7 +632,8 @@ def test_a_row_never_recorded_on_a_task_is_judged_by_another_row_of_its_method_a
     the same method and student there: its cells are judged by that row's median, and said to be; the
     same model on another task, another student on the task, or a row of the same model that trains
     another number of steps (other epochs, another training file) does not count."""
-    from kdbench.reproduce import TrainingEstimate, _resolved_config, select_runs
+    from kdbench.reproduce import TrainingEstimate, select_runs
+    from kdbench.reproduce.selection import _resolved_config
     from kdbench.sweep import expand, load_spec
 
     monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))

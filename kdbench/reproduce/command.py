@@ -1,0 +1,87 @@
+"""``kdbench reproduce TABLE``: build the table's prerequisites, run its spec (or the chosen part of
+it) with any executor, export the records and render the table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kdbench.reproduce.prerequisites import build_prerequisites
+from kdbench.reproduce.records import export_records, plot, records_folder, render
+from kdbench.reproduce.selection import (say_which_recorded_cells_retrain, say_which_stages_retrain_elsewhere,
+                                         write_selection)
+from kdbench.reproduce.study import OUTPUT, SPEC_FOLDER, TABLE_ROWS, write_spec
+
+
+def cmd_reproduce(args: Any) -> int:
+    from kdbench.cli import main as kdbench_main
+    from kdbench.sweep import load_spec
+
+    spec_folder = Path(args.spec_dir)
+    spec_path = spec_folder / f"{args.table}.yaml"
+    if args.write_spec:
+        print(write_spec(args.table, spec_folder))
+        return 0
+    if args.table not in TABLE_ROWS:
+        raise KeyError(f"unknown reproduction table {args.table!r} (known: {', '.join(sorted(TABLE_ROWS))})")
+    records = Path(args.records) if args.records else records_folder(args.table, spec_folder)
+    records.mkdir(parents=True, exist_ok=True)  # a table nothing has run for yet renders as "not run"
+    if not args.render_only:
+        sweep_options = ["--executor", args.executor, "--output", args.output]
+        if args.profile:
+            sweep_options += ["--profile", args.profile]
+        patterns = [p.strip() for p in (args.only or "").split(",") if p.strip()]
+        run_spec = write_selection(spec_path, patterns, Path(args.output)) if patterns else spec_path
+        code = build_prerequisites(
+            args.table, run_spec, Path(args.output), sweep_options, dry_run=args.dry_run,
+            before_training=lambda: say_which_stages_retrain_elsewhere(args.table, spec_path, run_spec,
+                                                                         Path(args.output), records))
+        if code != 0:
+            return code
+        if args.missing:  # after the prerequisites: building augmented data renames the runs that read it
+            run_spec = write_selection(spec_path, patterns, Path(args.output), leave_out_recorded_in=records)
+        else:
+            say_which_recorded_cells_retrain(run_spec, Path(args.output), records)
+        if args.missing and not load_spec(run_spec).get("cells"):
+            code = 0  # every chosen cell is recorded: nothing to train, the table is still exported and rendered
+        else:
+            code = kdbench_main(["sweep", str(run_spec), *sweep_options, *(["--dry-run"] if args.dry_run else [])])
+        if args.dry_run:
+            return code
+        copied = export_records(spec_path, Path(args.output), records, supersede=args.supersede_records)
+        print(f"[kdbench reproduce] {len(copied)} records in {records}")
+        if code != 0:
+            return code
+    out = render(args.table, records, records.parent / "table.md")
+    if not args.no_plots and records.is_dir():
+        plot(records, records.parent / "plots")
+    print(out.read_text())
+    print((out.parent / "claims.md").read_text())
+    return 0
+
+
+def add_command(subparsers: Any) -> None:
+    reproduce = subparsers.add_parser(
+        "reproduce", help="run one table of kdbench's reproduction study (mini scale), or re-render it")
+    reproduce.add_argument("table", help=f"one of: {', '.join(sorted(TABLE_ROWS))}")
+    reproduce.add_argument("--executor", default="local", help="debug | local | slurm (default local)")
+    reproduce.add_argument("--profile", help="cluster profile for --executor slurm")
+    reproduce.add_argument("--output", default=OUTPUT, help=f"runs folder (default {OUTPUT})")
+    reproduce.add_argument("--records", help="where records are exported and read (default: results/reproduction/TABLE/records)")
+    reproduce.add_argument("--spec-dir", default=str(SPEC_FOLDER), help="folder of the generated sweep specs")
+    reproduce.add_argument("--render-only", action="store_true", help="re-render the table from the records; train nothing")
+    reproduce.add_argument("--write-spec", action="store_true", help="regenerate the table's sweep spec and exit")
+    reproduce.add_argument("--dry-run", action="store_true", help="list the runs and their folders; train nothing")
+    reproduce.add_argument("--no-plots", action="store_true", help="skip the score-vs-cost plots (plots/)")
+    reproduce.add_argument("--supersede-records", action="store_true",
+                           help="replace committed records of another training of the same run (e.g. a teacher "
+                                "retrained on a new machine) instead of keeping them")
+    reproduce.add_argument("--only", metavar="PATTERNS",
+                           help="run only the cells (or stages) whose names match these comma-separated shell "
+                                "patterns, e.g. 'kd-3l-*' or '*-mrpc-s*' or 'teacher-rte' (see --dry-run for names); "
+                                "every completed run of the table is still exported and rendered")
+    reproduce.add_argument("--missing", action="store_true",
+                           help="leave out the cells that already have a completed record in --records, e.g. to "
+                                "continue a study whose records are committed on a new machine or cluster (the "
+                                "stages the other cells need still run); combines with --only")
+    reproduce.set_defaults(handler=cmd_reproduce)

@@ -4,12 +4,29 @@ terms, and the loss a stage ended at. Free of torch and transformers, so readers
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 LOSS_TERMS_FILE = "loss_terms.jsonl"
 WINDOW_STEPS = "window_steps"  # in a log and a loss_terms.jsonl line: how many steps its means cover
 LOG_LINE_KEYS = ("stage", "step", "epoch", "lr", "loss", WINDOW_STEPS)  # a logged line's fields besides its terms
+
+
+def read_loss_lines(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each whole line of a ``loss_terms.jsonl`` as written, with its entry, in file order; nothing
+    when the file is absent. A line cut short by a kill (not valid JSON) is left out."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            yield line, entry
 
 
 def last_epoch_loss_terms(entries: Sequence[Mapping[str, Any]]) -> tuple[dict[str, float], int]:

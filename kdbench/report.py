@@ -36,7 +36,8 @@ from typing import Any
 
 from kdbench.config import ConfigError
 from kdbench.disk import STAGES_DIR
-from kdbench.loss_log import LOG_LINE_KEYS, LOSS_TERMS_FILE, last_epoch_loss_terms
+from kdbench.loss_log import LOG_LINE_KEYS, LOSS_TERMS_FILE, last_epoch_loss_terms, read_loss_lines
+
 SWEEP_MANIFEST = "sweep.json"
 STUDY_FILES = ("study.journal", "study.db", "best.json")
 SKIPPED_FOLDERS = (".kdbench-sweep", ".submitit", "checkpoint-", "model", "stages", "wandb", "tensorboard")
@@ -144,11 +145,7 @@ def read_curves(run_dir: Path) -> Curves:
     path = run_dir / LOSS_TERMS_FILE
     if path.is_file():
         curves.source = LOSS_TERMS_FILE
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:  # a line cut short by a kill
-                continue
+        for _, entry in read_loss_lines(path):
             stage = str(entry.get("stage", ""))
             if isinstance(entry.get("eval"), Mapping):
                 curves.evals.setdefault(stage, []).append({"step": entry.get("step"), **entry["eval"]})

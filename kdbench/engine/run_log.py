@@ -26,7 +26,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from kdbench.console import RUN_LOGGER
-from kdbench.loss_log import LOSS_TERMS_FILE, WINDOW_STEPS
+from kdbench.loss_log import LOSS_TERMS_FILE, WINDOW_STEPS, read_loss_lines
 from kdbench.records import default_file_mode
 
 LOG_FILE = "train.log"
@@ -72,21 +72,11 @@ class LossTermsFile:
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / LOSS_TERMS_FILE
 
-    def _lines(self) -> Iterator[tuple[str, dict[str, Any]]]:
-        """Each whole line as written and its entry (a line cut by a kill is left out)."""
-        if not self.path.is_file():
-            return
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                yield line, json.loads(line)
-            except ValueError:
-                continue
-
     def drop_after(self, stage: str, step: int) -> None:
         """Forget the lines of ``stage`` after ``step``: a resumed stage logs those steps again."""
         if not self.path.is_file():
             return
-        kept = [line for line, entry in self._lines()
+        kept = [line for line, entry in read_loss_lines(self.path)
                 if not (entry.get("stage") == stage and int(entry.get("step", 0)) > step)]
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
@@ -94,7 +84,7 @@ class LossTermsFile:
 
     def stage_lines(self, stage: str) -> list[dict[str, Any]]:
         """The logged lines of ``stage`` (not its evaluations), in the order they were written."""
-        return [entry for _, entry in self._lines() if entry.get("stage") == stage and "loss" in entry]
+        return [entry for _, entry in read_loss_lines(self.path) if entry.get("stage") == stage and "loss" in entry]
 
     def append(self, entry: dict[str, Any]) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, default_file_mode())

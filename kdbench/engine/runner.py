@@ -36,8 +36,8 @@ from kdbench.engine.run_log import StageProgress, TimedCheckpoints, run_log_file
 from kdbench.engine.setup import prepare_run
 from kdbench.engine.trainer import DistillationTrainer, ResumeLogger, stage_optimization, training_arguments
 from kdbench.errors import DataError, TrainingOutOfMemoryError, is_out_of_memory
-from kdbench.loss_log import last_epoch_loss_terms
 from kdbench.fingerprint import content_digest, local_models_read
+from kdbench.loss_log import last_epoch_loss_terms
 from kdbench.method import Stage
 from kdbench.model_card import write_model_card
 from kdbench.records import (INTERRUPTED, RESULT_FILE, SCHEMA_VERSION, compute_environment, kdbench_revision,

@@ -4,9 +4,11 @@ for where training settled."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from kdbench.loss_log import last_epoch_loss_terms
+from kdbench.loss_log import last_epoch_loss_terms, read_loss_lines
 
 
 def _line(step: int, epoch: float, window: int | None, **terms: float) -> dict:
@@ -44,3 +46,14 @@ def test_a_stage_under_two_epochs_is_judged_by_its_second_half():
 def test_no_logged_lines_give_no_terms():
     assert last_epoch_loss_terms([]) == ({}, 0)
     assert last_epoch_loss_terms([{"stage": "kd", "step": 20, "eval": {"acc": 70.0}}]) == ({}, 0)
+
+
+def test_the_one_reader_of_the_log_keeps_whole_lines_as_written_and_leaves_out_a_line_cut_by_a_kill(tmp_path):
+    logged = json.dumps(_line(4, 0.4, 4, attn=2.0))
+    evaluation = json.dumps({"stage": "intermediate", "step": 4, "eval": {"acc": 71.5}})
+    path = tmp_path / "loss_terms.jsonl"
+    path.write_text(f"{logged}\n{evaluation}\n[1, 2]\n{logged[:17]}", encoding="utf-8")
+    read = list(read_loss_lines(path))
+    assert [line for line, _ in read] == [logged, evaluation]  # not the non-object line, not the cut one
+    assert read[1][1]["eval"] == {"acc": 71.5}
+    assert list(read_loss_lines(tmp_path / "absent.jsonl")) == []

@@ -1,6 +1,7 @@
 """The contract of ``RUN/loss_terms.jsonl``, the per-step loss log that :mod:`kdbench.engine.run_log`
 writes and reports and tables read: its file name, the fields of a logged line besides its loss
-terms, and the loss a stage ended at. Free of torch and transformers, so readers stay light."""
+terms, how a line's terms and metrics are read out of a Trainer log, how the file is read back, and
+the loss a stage ended at. Free of torch and transformers, so readers stay light."""
 
 from __future__ import annotations
 
@@ -12,6 +13,20 @@ from typing import Any
 LOSS_TERMS_FILE = "loss_terms.jsonl"
 WINDOW_STEPS = "window_steps"  # in a log and a loss_terms.jsonl line: how many steps its means cover
 LOG_LINE_KEYS = ("stage", "step", "epoch", "lr", "loss", WINDOW_STEPS)  # a logged line's fields besides its terms
+LOSS_TERM_PREFIX = "loss/"  # in a Trainer log (and a checkpoint's log_history): "loss/<term>"
+EVAL_PREFIX = "eval_"
+
+
+def loss_terms_of(logs: Mapping[str, Any]) -> dict[str, float]:
+    """The loss terms of one Trainer log: its ``loss/<term>`` entries, keyed by term."""
+    return {key[len(LOSS_TERM_PREFIX):]: float(value) for key, value in logs.items()
+            if key.startswith(LOSS_TERM_PREFIX) and isinstance(value, (int, float))}
+
+
+def eval_metrics_of(logs: Mapping[str, Any]) -> dict[str, float]:
+    """The dev metrics of one Trainer log: its ``eval_<metric>`` entries but the runtime, keyed by metric."""
+    return {key[len(EVAL_PREFIX):]: float(value) for key, value in logs.items()
+            if key.startswith(EVAL_PREFIX) and key != "eval_runtime" and isinstance(value, (int, float))}
 
 
 def read_loss_lines(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -36,7 +36,8 @@ from typing import Any
 
 from kdbench.config import ConfigError
 from kdbench.disk import STAGES_DIR
-from kdbench.loss_log import LOG_LINE_KEYS, LOSS_TERMS_FILE, last_epoch_loss_terms, read_loss_lines
+from kdbench.loss_log import (LOG_LINE_KEYS, LOSS_TERMS_FILE, eval_metrics_of, last_epoch_loss_terms, loss_terms_of,
+                              read_loss_lines)
 
 SWEEP_MANIFEST = "sweep.json"
 STUDY_FILES = ("study.journal", "study.db", "best.json")
@@ -161,12 +162,11 @@ def read_curves(run_dir: Path) -> Curves:
         stage = stage_dir.name.split("-", 1)[1]
         for entry in json.loads(states[-1].read_text()).get("log_history", []):
             if "loss" in entry:
-                terms = {k[len("loss/"):]: v for k, v in entry.items() if k.startswith("loss/")}
+                terms = loss_terms_of(entry)
                 curves.steps.setdefault(stage, []).append(
                     {"stage": stage, "step": entry.get("step"), "epoch": entry.get("epoch"),
                      "lr": entry.get("learning_rate"), "loss": entry["loss"], **terms})
-            metrics = {k[len("eval_"):]: v for k, v in entry.items()
-                       if k.startswith("eval_") and k != "eval_runtime" and isinstance(v, int | float)}
+            metrics = eval_metrics_of(entry)
             if metrics:
                 curves.evals.setdefault(stage, []).append({"step": entry.get("step"), **metrics})
     return curves

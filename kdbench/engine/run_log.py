@@ -26,11 +26,10 @@ from typing import Any
 from transformers import TrainerCallback
 
 from kdbench.console import RUN_LOGGER
-from kdbench.loss_log import LOSS_TERMS_FILE, WINDOW_STEPS, read_loss_lines
+from kdbench.loss_log import LOSS_TERMS_FILE, WINDOW_STEPS, eval_metrics_of, loss_terms_of, read_loss_lines
 from kdbench.records import default_file_mode
 
 LOG_FILE = "train.log"
-LOSS_TERM_PREFIX = "loss/"
 
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -54,16 +53,6 @@ def run_log_file(run_dir: Path) -> Iterator[Path]:
         root.removeHandler(handler)
         run_logger.removeHandler(handler)
         handler.close()
-
-
-def loss_terms_of(logs: dict[str, Any]) -> dict[str, float]:
-    return {key[len(LOSS_TERM_PREFIX):]: float(value) for key, value in logs.items()
-            if key.startswith(LOSS_TERM_PREFIX) and isinstance(value, (int, float))}
-
-
-def eval_metrics_of(logs: dict[str, Any]) -> dict[str, float]:
-    return {key[len("eval_"):]: float(value) for key, value in logs.items()
-            if key.startswith("eval_") and key != "eval_runtime" and isinstance(value, (int, float))}
 
 
 class LossTermsFile:

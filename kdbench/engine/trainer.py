@@ -20,7 +20,7 @@ from kdbench.engine.optimizer import build_adamw
 from kdbench.engine.resume import reproducible_sampler
 from kdbench.features import Features
 from kdbench.lamb import Lamb
-from kdbench.loss_log import WINDOW_STEPS
+from kdbench.loss_log import LOSS_TERM_PREFIX, WINDOW_STEPS
 from kdbench.method import ParamGroup, Stage, all_parameters
 from kdbench.optimization import ResolvedOptimization, mobilebert_phase_factor, resolve_stage
 from kdbench.task import EncodedSplit, Task
@@ -121,7 +121,7 @@ class DistillationTrainer(Trainer):
         if ("loss" in logs or "train_loss" in logs) and self._term_steps:
             self.check_finite()
             self.last_loss_terms = {name: float(total) / self._term_steps for name, total in self._term_sums.items()}
-            logs.update({f"loss/{name}": value for name, value in self.last_loss_terms.items()})
+            logs.update({f"{LOSS_TERM_PREFIX}{name}": value for name, value in self.last_loss_terms.items()})
             logs[WINDOW_STEPS] = self._term_steps
             self._term_sums.clear()
             self._term_steps = 0

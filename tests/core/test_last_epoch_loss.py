@@ -1,6 +1,6 @@
 """The loss a stage ended at: per-term means over its last epoch, weighted by the steps each logged
 line averages, so a short tail line (the shortest rows of a length-grouped megabatch) cannot pass
-for where training settled."""
+for where training settled; and the one reader of the log's lines, which a kill may have cut short."""
 
 from __future__ import annotations
 

@@ -225,6 +225,13 @@ def stop_jobs_on_interrupt(grace_seconds: float = 30.0) -> Iterator[list[Any]]:
             signal.signal(signum, handler)
 
 
+def job_failure_line(error: BaseException) -> str:
+    """One line for a log that says why a submitted job failed: submitit's error carries the job's
+    whole traceback, whose last line names the exception and its message."""
+    lines = str(error).strip().splitlines()
+    return lines[-1] if lines else type(error).__name__
+
+
 def _kill_local_job(job: Any) -> None:
     """SIGKILL a local job's worker process and every process under it (its tasks, their children);
     a Slurm job has no local process (``scancel`` is its cancel), and is left alone."""

@@ -414,7 +414,7 @@ class RunSeries(RunJob):
 
 def _run_local_workers(sweep: Sweep, todo: list[SweepRun], prof: dict[str, Any], outcome: dict[str, str]) -> None:
     """The local executor: ``local_parallelism`` worker processes, each running its share of the level."""
-    from kdbench.launch import make_executor, stop_jobs_on_interrupt
+    from kdbench.launch import job_failure_line, make_executor, stop_jobs_on_interrupt
 
     workers = max(1, min(len(todo), int(prof.get("local_parallelism") or 1)))
     shares = [todo[i::workers] for i in range(workers)]
@@ -436,8 +436,7 @@ def _run_local_workers(sweep: Sweep, todo: list[SweepRun], prof: dict[str, Any],
                 try:
                     job.result()
                 except Exception as error:
-                    first = str(error).strip().splitlines()
-                    log.warning("local worker %s failed: %s", job.job_id, first[-1] if first else error)
+                    log.warning("local worker %s failed: %s", job.job_id, job_failure_line(error))
                 for run in share:
                     outcome[run.name] = DONE if _completed(run) else FAILED
     except KeyboardInterrupt:
@@ -633,7 +632,7 @@ def run_sweep(sweep: Sweep, executor_kind: str, profile: str | dict[str, Any] | 
 
     Returns ``{run name: state}`` after the last level (``done``, ``failed``, ``blocked``).
     """
-    from kdbench.launch import load_profile
+    from kdbench.launch import job_failure_line, load_profile
 
     prof = profile if isinstance(profile, dict) else load_profile(profile)
     sweep.output.mkdir(parents=True, exist_ok=True)
@@ -661,18 +660,14 @@ def run_sweep(sweep: Sweep, executor_kind: str, profile: str | dict[str, Any] | 
         if executor_kind == "local":
             _run_local_workers(sweep, todo, prof, outcome)
             continue
-        chunk = len(todo)
-        for start in range(0, len(todo), chunk):
-            part = todo[start:start + chunk]
-            jobs = _submit_batch(sweep, part, executor_kind, prof)
-            for run, job in zip(part, jobs):
-                try:
-                    job.result()
-                    outcome[run.name] = DONE if _completed(run) else FAILED
-                except Exception as error:
-                    outcome[run.name] = FAILED
-                    first = str(error).strip().splitlines()
-                    log.warning("%s failed (job %s): %s", run.name, job.job_id, first[-1] if first else error)
+        jobs = _submit_batch(sweep, todo, executor_kind, prof)
+        for run, job in zip(todo, jobs):
+            try:
+                job.result()
+                outcome[run.name] = DONE if _completed(run) else FAILED
+            except Exception as error:
+                outcome[run.name] = FAILED
+                log.warning("%s failed (job %s): %s", run.name, job.job_id, job_failure_line(error))
     return outcome
 
 

@@ -537,7 +537,7 @@ def run_tune(spec: TuneSpec, trials: int, workers: int = 1, executor_kind: str =
         for request in requests:
             TuneWorker()(request)
     elif requests or live:
-        from kdbench.launch import stop_jobs_on_interrupt
+        from kdbench.launch import job_failure_line, stop_jobs_on_interrupt
 
         if executor_kind != "slurm":
             with stop_jobs_on_interrupt() as jobs:
@@ -546,8 +546,7 @@ def run_tune(spec: TuneSpec, trials: int, workers: int = 1, executor_kind: str =
                     try:
                         job.result()
                     except Exception as error:
-                        text = str(error).strip()
-                        log.error("tuning worker %s failed: %s", job.job_id, text.splitlines()[-1] if text else error)
+                        log.error("tuning worker %s failed: %s", job.job_id, job_failure_line(error))
         else:
             jobs = _submit_tuning_workers(spec, requests, executor_kind, output, profile)
             from kdbench.records import write_json_atomic

@@ -251,3 +251,12 @@ def test_a_job_deaf_to_its_cancel_is_killed_with_every_process_under_it():
         for pid in [*launch._descendants(process.pid), process.pid]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_failed_job_is_logged_by_the_last_line_of_its_traceback_and_by_its_type_when_it_has_no_text():
+    traceback_text = ("Job (task=0) failed during processing with trace:\n----------------------\n"
+                      "Traceback (most recent call last):\n  File \"run.py\", line 3, in <module>\n"
+                      "ValueError: task 'mrcp' is not registered\n")
+    assert launch.job_failure_line(submitit.core.utils.FailedJobError(traceback_text)) == \
+        "ValueError: task 'mrcp' is not registered"
+    assert launch.job_failure_line(submitit.core.utils.UncompletedJobError("  \n")) == "UncompletedJobError"

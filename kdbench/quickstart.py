@@ -141,8 +141,8 @@ def _score(values: Mapping[int, float], seed: int, signed: bool = False) -> str:
     return f"{values[seed]:+.2f}" if signed else f"{values[seed]:.2f}"
 
 
-def collect(job: QuickStart, sweep: Any) -> Comparison:
-    """The comparison of the job's runs (a run without a completed record is an error)."""
+def collect(sweep: Any) -> Comparison:
+    """The comparison of the quick start sweep's runs (a run without a completed record is an error)."""
     from kdbench.records import read_record
 
     records = []
@@ -203,7 +203,7 @@ def run_quickstart(job: QuickStart, output: Path, data_dir: str | None = None, o
     for number, (name, run) in enumerate(sweep.runs.items(), start=1):
         print(f"[kdbench quickstart] {number}/{len(sweep.runs)} {name}: {run.run_dir}", file=out, flush=True)
         run_experiment(configs[name])
-    comparison = collect(job, sweep)
+    comparison = collect(sweep)
     text = format_comparison(comparison)
     (output / COMPARISON_FILE).write_text(text + "\n")
     print(text, file=out, flush=True)

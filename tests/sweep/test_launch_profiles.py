@@ -1,5 +1,6 @@
 """Cluster profiles -> submitit parameters; the torch.distributed environment of multi-task jobs;
-the graceful-requeue callback (signal -> save at the next step -> hand over to submitit)."""
+the graceful-requeue callback (signal -> save at the next step -> hand over to submitit); stopping
+waited-on jobs on an interrupt; the one line a failed job is logged by."""
 
 from __future__ import annotations
 

@@ -20,7 +20,13 @@ from typing import Any
 
 from kdbench.constraints import check_fields, constrained
 
-OPTIMIZERS = ("adamw", "lamb")
+OPTIMIZERS = ("adamw", "lamb", "bertadam")
+"""``adamw``: torch's AdamW (bias-corrected), one global gradient-norm clip. ``lamb``:
+:class:`kdbench.lamb.Lamb` (MobileBERT's ``lamb_optimizer.py``). ``bertadam``:
+:class:`kdbench.bert_adam.BertAdam` (TinyBERT's and BERT-PKD's scripts: no bias correction, each
+tensor's gradient clipped on its own)."""
+PER_TENSOR_CLIPPING = frozenset({"bertadam"})
+"""Optimisers that clip each tensor's gradient themselves, in their step, instead of the engine's global clip."""
 SCHEDULES = ("linear", "constant", "mobilebert-phase")
 """``linear``: linear warm-up, then linear decay to 0 (BERT, ``Trainer``'s default). ``constant``:
 linear warm-up (if any), then constant. ``mobilebert-phase``: the background rate of MobileBERT's
@@ -45,7 +51,7 @@ RUN_FIELDS = {
 class Optimization:
     """A stage's optimisation; ``None`` = not declared (the run's value, else :data:`GENERIC`)."""
 
-    optimizer: str | None = constrained(None, choices=OPTIMIZERS)  # adamw | lamb (kdbench.lamb, MobileBERT's lamb_optimizer.py)
+    optimizer: str | None = constrained(None, choices=OPTIMIZERS)  # see OPTIMIZERS
     lr: float | None = constrained(None, gt=0)
     schedule: str | None = constrained(None, choices=SCHEDULES)
     warmup_ratio: float | None = constrained(None, ge=0, lt=1)  # fraction of the stage's steps
@@ -53,7 +59,7 @@ class Optimization:
     beta2: float | None = constrained(None, ge=0, lt=1)
     eps: float | None = constrained(None, gt=0)
     weight_decay: float | None = constrained(None, ge=0)  # never applied to biases and LayerNorm weights
-    max_grad_norm: float | None = constrained(None, ge=0)  # global-norm clipping; 0 = none
+    max_grad_norm: float | None = constrained(None, ge=0)  # gradient clipping (per tensor for bertadam); 0 = none
     epochs: float | None = constrained(None, gt=0)
 
     def __post_init__(self) -> None:  # declared by method code, not built by from_mapping: check here
@@ -63,6 +69,10 @@ class Optimization:
 GENERIC = Optimization(optimizer="adamw", lr=5e-5, schedule="linear", warmup_ratio=0.1, beta1=0.9, beta2=0.999,
                        eps=1e-8, weight_decay=0.01, max_grad_norm=1.0, epochs=3.0)
 """kdbench's defaults for whatever neither the run nor the stage declares."""
+
+OPTIMIZER_DEFAULTS = {"bertadam": Optimization(eps=1e-6)}
+"""An optimiser's own defaults (``BertAdam``'s ε), before :data:`GENERIC`: a run that chooses
+``optimizer=bertadam`` trains with the scripts' ε unless it or the stage sets another."""
 
 
 @dataclass(frozen=True)
@@ -85,22 +95,30 @@ class ResolvedOptimization:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @property
+    def global_max_grad_norm(self) -> float:
+        """The norm the engine clips all gradients to at once: 0 where the optimiser clips per tensor."""
+        return 0.0 if self.optimizer in PER_TENSOR_CLIPPING else self.max_grad_norm
+
 
 def resolve(declared: Optimization | None, train: Any) -> ResolvedOptimization:
     """Resolve a stage's optimisation: explicit run values (non-``None`` fields of ``train``, a
-    :class:`kdbench.config.TrainConfig`) > the stage's declaration > :data:`GENERIC`."""
+    :class:`kdbench.config.TrainConfig`) > the stage's declaration > the chosen optimiser's own
+    defaults (:data:`OPTIMIZER_DEFAULTS`) > :data:`GENERIC`."""
     declared = declared or Optimization()
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     run_values = {opt_name: getattr(train, run_name, None) for run_name, opt_name in RUN_FIELDS.items()}
-    for f in dataclasses.fields(Optimization):
+    for f in dataclasses.fields(Optimization):  # "optimizer" is the first field: the others' defaults depend on it
         name = f.name
         if run_values.get(name) is not None:
             values[name], sources[name] = run_values[name], "run"
         elif getattr(declared, name) is not None:
             values[name], sources[name] = getattr(declared, name), "method"
         else:
-            values[name], sources[name] = getattr(GENERIC, name), "default"
+            own_default = getattr(OPTIMIZER_DEFAULTS.get(values.get("optimizer", ""), GENERIC), name)
+            values[name] = own_default if own_default is not None else getattr(GENERIC, name)
+            sources[name] = "default"
     return ResolvedOptimization(**values, sources=sources)
 
 

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel, Trainer, TrainerCallback, TrainingArguments
 
+from kdbench.bert_adam import BertAdam
 from kdbench.cache import EXAMPLE_INDEX, CachedTeacher
 from kdbench.capture import FeatureCapture
 from kdbench.config import ConfigError, RunConfig
@@ -43,7 +44,8 @@ class DistillationTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self.stage = stage
         # The optimiser kind and schedule the stage resolved to; lr, betas, epsilon, weight decay and
-        # clipping come from ``args`` (see training_arguments). None: AdamW with ``args``' schedule.
+        # global clipping come from ``args`` (see training_arguments), per-tensor clipping from here.
+        # None: AdamW with ``args``' schedule.
         self.optimization = optimization
         self.teacher = teacher if stage.uses_teacher else None
         self.teacher_order = teacher_order
@@ -161,6 +163,9 @@ class DistillationTrainer(Trainer):
             betas = (self.args.adam_beta1, self.args.adam_beta2)
             if lamb:
                 self.optimizer = Lamb(param_groups, lr=self.args.learning_rate, betas=betas, eps=self.args.adam_epsilon)
+            elif self.optimization is not None and self.optimization.optimizer == "bertadam":
+                self.optimizer = BertAdam(param_groups, lr=self.args.learning_rate, betas=betas,
+                                          eps=self.args.adam_epsilon, max_grad_norm=self.optimization.max_grad_norm)
             else:
                 self.optimizer = build_adamw(param_groups, lr=self.args.learning_rate, betas=betas,
                                              eps=self.args.adam_epsilon)
@@ -260,7 +265,7 @@ def training_arguments(config: RunConfig, stage: Stage, folder: Path, selection_
         adam_beta1=optimization.beta1,
         adam_beta2=optimization.beta2,
         adam_epsilon=optimization.eps,
-        max_grad_norm=optimization.max_grad_norm,
+        max_grad_norm=optimization.global_max_grad_norm,
         eval_strategy=strategy if evaluate_now else "no",
         # A stage that selects no best model needs a checkpoint only to resume: TimedCheckpoints
         # saves one every train.checkpoint_minutes (and on preemption) instead of after every

@@ -60,7 +60,7 @@ def test_the_config_yaml_round_trip_keeps_unset_values_unset(tmp_path: Path):
 
 
 @pytest.mark.parametrize(("values", "message"), [
-    ({"train.optimizer": "sgd"}, "train.optimizer: must be one of adamw, lamb, got 'sgd'"),
+    ({"train.optimizer": "sgd"}, "train.optimizer: must be one of adamw, lamb, bertadam, got 'sgd'"),
     ({"train.lr_schedule": "cosine"}, "train.lr_schedule: must be one of linear, constant, mobilebert-phase"),
     ({"train.adam_beta2": "1"}, "train.adam_beta2: must be in \\[0, 1\\)"),
     ({"train.max_grad_norm": "-1"}, "train.max_grad_norm: must be >= 0"),

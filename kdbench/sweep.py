@@ -32,6 +32,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -502,12 +503,19 @@ def _completed(run: SweepRun) -> bool:
 
 
 def write_manifest(sweep: Sweep, executor: str, spec_path: str | None) -> None:
+    """Write the folder's ``sweep.json``: this sweep's name, spec and executor, and every run
+    submitted into the folder, not only this sweep's. Sweeps that share an output folder (the tables
+    of ``kdbench reproduce``, one spec run again on a subset of its cells) share its stages, and
+    ``kdbench status`` and ``kdbench report`` of the folder show all of their runs; a run name
+    defined again takes its new definition. Each run names the executor that last submitted it."""
     path = sweep.output / MANIFEST
     previous = json.loads(path.read_text()) if path.is_file() else {}
+    runs = {run["name"]: {"executor": previous.get("executor"), **run} for run in previous.get("runs", [])}
+    runs.update((run.name, {**run.to_dict(), "executor": executor}) for run in sweep.runs.values())
     write_json_atomic(path, {
         "name": sweep.name, "spec": spec_path, "executor": executor,
         "submissions": previous.get("submissions", []),
-        "runs": [run.to_dict() for run in sweep.runs.values()],
+        "runs": list(runs.values()),
     })
 
 
@@ -671,15 +679,17 @@ def run_sweep(sweep: Sweep, executor_kind: str, profile: str | dict[str, Any] | 
     return outcome
 
 
-def wait_for_sweep(folder: Path, poll_seconds: float = 10.0, out: Any = None) -> list[RunStatus]:
-    """Follow a submitted sweep until no run is pending, running or requeued; print each change of
-    state as it is seen and a one-line count of the states after every change."""
+def wait_for_sweep(folder: Path, poll_seconds: float = 10.0, out: Any = None,
+                   names: Collection[str] | None = None) -> list[RunStatus]:
+    """Follow a submitted sweep until none of its runs (``names``; default: every run of the
+    folder) is pending, running or requeued; print each change of state as it is seen and a
+    one-line count of the states after every change."""
     import sys
 
     out = out or sys.stdout
     seen: dict[str, str] = {}
     while True:
-        statuses = sweep_status(folder)
+        statuses = sweep_status(folder, names=names)
         changed = False
         for s in statuses:
             if seen.get(s.name) != s.state:
@@ -726,9 +736,10 @@ def _from_slurm(job_state: str, slurm_state: str | None, job_id: str) -> tuple[s
     return RUNNING, None
 
 
-def sweep_status(folder: str | os.PathLike[str], query_slurm: bool = True) -> list[RunStatus]:
-    """Each run of the sweep in ``folder``: done / pending / running / requeued / failed /
-    cancelled / blocked / not-started.
+def sweep_status(folder: str | os.PathLike[str], query_slurm: bool = True,
+                 names: Collection[str] | None = None) -> list[RunStatus]:
+    """Each run of the sweeps in ``folder`` (only those in ``names`` when given): done / pending /
+    running / requeued / failed / cancelled / blocked / not-started.
 
     The result record is the truth for a finished run; otherwise the job-side state file (newer than
     the record), checked against Slurm for jobs that may be live. A run whose job never started
@@ -741,14 +752,20 @@ def sweep_status(folder: str | os.PathLike[str], query_slurm: bool = True) -> li
     if not manifest_path.is_file():
         raise FileNotFoundError(f"{folder} is not a sweep folder (no {MANIFEST}; run `kdbench sweep` first)")
     manifest = json.loads(manifest_path.read_text())
+    runs = [run for run in manifest["runs"] if names is None or run["name"] in names]
     state_dir = folder / SWEEP_DIR / "state"
-    jobs = {run["name"]: _read_state(state_dir / f"{run['name']}.json") for run in manifest["runs"]}
+    jobs = {run["name"]: _read_state(state_dir / f"{run['name']}.json") for run in runs}
     slurm: dict[str, str | None] = {}
-    if manifest.get("executor") == "slurm" and query_slurm:
-        ids = {str(j["job_id"]) for j in jobs.values() if j and j.get("job_id") and j["state"] in LIVE_STATES}
+    if query_slurm:  # ask Slurm about the live jobs of the runs a Slurm sweep submitted
+        ids = set()
+        for run in runs:
+            job = jobs[run["name"]]
+            if job and job.get("job_id") and job["state"] in LIVE_STATES \
+                    and run.get("executor", manifest.get("executor")) == "slurm":
+                ids.add(str(job["job_id"]))
         slurm = (slurm_job_states(ids) or {}) if ids else {}
     statuses: dict[str, RunStatus] = {}
-    for run in manifest["runs"]:
+    for run in runs:
         name, run_dir = run["name"], Path(run["run_dir"])
         record_path = run_dir / RESULT_FILE
         try:
@@ -822,20 +839,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if args.executor == "slurm":
             outcome = submit_sweep(sweep, args.profile, spec_path)
             if not args.wait:
-                print(format_status(sweep_status(sweep.output)))
+                print(format_status(sweep_status(sweep.output, names=sweep.runs)))
                 print(f"[kdbench] {sum(v == 'submitted' for v in outcome.values())} run(s) submitted; the sweep runs "
                       f"without this process. Follow it with `kdbench status {sweep.output}`, or run this "
                       "command again with --wait.", flush=True)
                 print(sweep.output)
                 return 0
-            statuses = wait_for_sweep(sweep.output, args.poll)
+            statuses = wait_for_sweep(sweep.output, args.poll, names=sweep.runs)
             print(format_status(statuses))
             print(sweep.output)
             return 0 if all(s.state == DONE for s in statuses) else 1
         outcome = run_sweep(sweep, args.executor, args.profile, spec_path)
     except ProfileError as error:
         raise SweepError(str(error)) from None
-    print(format_status(sweep_status(sweep.output, query_slurm=False)))
+    print(format_status(sweep_status(sweep.output, query_slurm=False, names=sweep.runs)))
     print(sweep.output)
     return 0 if all(state == DONE for state in outcome.values()) else 1
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import time
@@ -81,3 +82,30 @@ def test_only_rank_zero_of_a_multi_task_job_records_state(tmp_path, monkeypatch)
     monkeypatch.setenv("RANK", "0")
     sw._write_state(path, sw.RUNNING, job_id="1")
     assert json.loads(path.read_text())["state"] == "running"
+
+
+def test_sweeps_sharing_a_folder_keep_each_others_runs_and_each_follows_its_own(tmp_path, monkeypatch):
+    """Two sweeps into one output (two tables of `kdbench reproduce`): the manifest keeps both, so
+    the folder's status shows every run; a sweep's own status (its --wait, its last print) only its
+    runs; a run a Slurm sweep submitted is still checked against Slurm after a local sweep wrote the manifest."""
+    def sweep(name, runs):
+        return sw.Sweep(name, tmp_path, {r: sw.SweepRun(r, "cell", {}, run_dir=tmp_path / f"run-{r}") for r in runs})
+
+    first, second = sweep("cross-method", ["teacher", "kd-s1"]), sweep("procedures", ["teacher", "wo-td-s1"])
+    sw.write_manifest(first, "slurm", None)
+    write(first.state_dir / "kd-s1.json", {"state": "pending", "time": time.time(), "job_id": "41"})
+    sw.write_manifest(second, "local", None)
+    write(tmp_path / "run-teacher" / "result.json", {"status": "completed"})
+    asked = []
+    monkeypatch.setattr("kdbench.launch.slurm_job_states", lambda ids, **_: asked.append(set(ids)) or {"41": "RUNNING"})
+
+    manifest = json.loads((tmp_path / sw.MANIFEST).read_text())
+    assert (manifest["name"], manifest["executor"]) == ("procedures", "local")
+    assert {r["name"]: r["executor"] for r in manifest["runs"]} == {"teacher": "local", "kd-s1": "slurm",
+                                                                    "wo-td-s1": "local"}
+    states = {s.name: s.state for s in sw.sweep_status(tmp_path)}
+    assert states == {"teacher": "done", "kd-s1": "running", "wo-td-s1": "not-started"}
+    assert asked == [{"41"}]
+    assert {s.name for s in sw.sweep_status(tmp_path, names=first.runs)} == {"teacher", "kd-s1"}
+    followed = sw.wait_for_sweep(tmp_path, poll_seconds=0.01, out=io.StringIO(), names=second.runs)
+    assert {s.name: s.state for s in followed} == {"teacher": "done", "wo-td-s1": "not-started"}

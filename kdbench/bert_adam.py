@@ -14,7 +14,7 @@ larger: the step's scale is ``(1 − β1^t) / sqrt(1 − β2^t)`` times AdamW's,
 near step 12, still 1.3× at step 1,000, which matters in TinyBERT's intermediate stage (constant
 rate, no warm-up). And the clipping bounds each tensor's gradient norm, not the global one. The
 update is LAMB's with layer adaptation off (:class:`kdbench.lamb.Lamb`), so this class adds only
-the per-tensor clipping. Defaults are the official ones: β 0.9 / 0.999, ε 1e-6, weight decay 0.01,
+the per-tensor clipping, before each tensor's update as in the official loop. Defaults are the official ones: β 0.9 / 0.999, ε 1e-6, weight decay 0.01,
 clipping 1.0. The learning-rate schedule is the caller's (the scripts' ``none`` is the engine's
 ``constant`` schedule, their ``warmup_linear`` its ``linear`` one up to the warm-up's rounding to
 whole steps).
@@ -22,7 +22,7 @@ whole steps).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -48,16 +48,7 @@ class BertAdam(Lamb):
             if group["layer_adaptation"]:
                 raise ValueError("BertAdam has no layer adaptation: a parameter group sets layer_adaptation=True")
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            if group["max_grad_norm"] > 0:
-                for p in group["params"]:
-                    if p.grad is not None:
-                        torch.nn.utils.clip_grad_norm_(p, group["max_grad_norm"])
-        super().step()
-        return loss
+    def _gradient(self, p: Tensor, group: dict[str, Any]) -> Tensor:
+        if group["max_grad_norm"] > 0:  # clip_grad_norm_(p, ...) in the official loop: this tensor alone, in place
+            torch.nn.utils.clip_grad_norm_(p, group["max_grad_norm"])
+        return p.grad

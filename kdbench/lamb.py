@@ -58,9 +58,9 @@ class Lamb(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                grad = p.grad
-                if grad.is_sparse:
-                    raise RuntimeError("Lamb does not support sparse gradients")
+                if p.grad.is_sparse:
+                    raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
+                grad = self._gradient(p, group)
                 state = self.state[p]
                 if not state:
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
@@ -78,3 +78,7 @@ class Lamb(torch.optim.Optimizer):
                     ratio = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
                 p.sub_(update * (ratio * group["lr"]))
         return loss
+
+    def _gradient(self, p: Tensor, group: dict[str, Any]) -> Tensor:
+        """The gradient of ``p`` that the update uses: ``p.grad`` (:class:`kdbench.bert_adam.BertAdam` clips it first)."""
+        return p.grad

@@ -117,6 +117,21 @@ def strings_of(runs: Iterable[Any]) -> set[str]:
         walk(run.values)
     return found
 
+def needed_prerequisites(table: str, spec: dict[str, Any], read: set[str], output: Path) -> list[Prerequisite]:
+    """The table's prerequisites, in build order, that the runs to do read (``read``: their string
+    values), and those that the stages building them read: a part of the table chosen with --only
+    may read an augmented set and no corpus, while the MLM teacher the set is built with trains on
+    the corpus."""
+    from kdbench.sweep import expand
+
+    chosen = [p for p in prerequisites(table) if any(path in read for path in p.paths)]
+    stages = {p.after_stage for p in chosen if p.after_stage is not None}
+    read_by_stages = strings_of(run for stage in sorted(stages)
+                                for run in expand(stage_alone(spec, stage), output).runs.values())
+    return [p for p in prerequisites(table)
+            if p in chosen or any(path in read_by_stages for path in p.paths)]
+
+
 def build_prerequisites(table: str, spec_path: Path, output: Path, sweep_options: list[str],
                         dry_run: bool = False, before_training: Callable[[], None] | None = None) -> int:
     """Build the table's prerequisite files in order. One that needs a stage's model (augmented data
@@ -128,11 +143,8 @@ def build_prerequisites(table: str, spec_path: Path, output: Path, sweep_options
     from kdbench.sweep import expand, load_spec
 
     spec = load_spec(spec_path)
-    read = _read_paths(spec_path, output)
     stage_models: dict[str, Path] = {}  # each stage run once
-    for prerequisite in prerequisites(table):
-        if not any(path in read for path in prerequisite.paths):
-            continue  # none of the runs to do reads it (a part of the table chosen with --only)
+    for prerequisite in needed_prerequisites(table, spec, _read_paths(spec_path, output), output):
         files = ", ".join(prerequisite.paths)
         if prerequisite.present:
             print(f"[kdbench reproduce] {files}: present ({prerequisite.description})", flush=True)

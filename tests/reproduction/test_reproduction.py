@@ -359,6 +359,40 @@ def test_only_builds_just_the_prerequisites_the_chosen_runs_read(tmp_path, monke
     assert built == ["squad-split"]
 
 
+def test_a_cell_reading_an_augmented_set_alone_builds_the_corpus_its_mlm_teacher_trains_on(tmp_path, monkeypatch):
+    """w/o GD reads the augmented set and no corpus stage; the MLM teacher that builds the set
+    trains on the corpus, so on a fresh machine the corpus is built before that teacher's sweep."""
+    import kdbench.augment_cli
+    import kdbench.cli
+    from kdbench.reproduce import CORPUS, build_prerequisites, write_selection
+    from kdbench.sweep import expand
+
+    monkeypatch.chdir(tmp_path)
+    output = Path("runs/reproduction")
+    events = []
+
+    def fake_ensure(self, scale=None, stage_model=None):
+        events.append(self.kind.value)
+        Path(self.paths[0]).parent.mkdir(parents=True, exist_ok=True)
+        Path(self.paths[0]).write_text("a sentence\n")
+        return True
+
+    def fake_sweep(argv):
+        stage_spec = yaml.safe_load(Path(argv[1]).read_text())
+        events.append([cell["name"] for cell in stage_spec["cells"]])
+        for run in expand(stage_spec, output).runs.values():
+            (run.run_dir / "model").mkdir(parents=True)
+        return 0
+
+    monkeypatch.setattr("kdbench.reproduce.Prerequisite.ensure", fake_ensure)
+    monkeypatch.setattr(kdbench.cli, "main", fake_sweep)
+    monkeypatch.setattr(kdbench.augment_cli, "augment_task_file", None)  # ensure is faked: never reached
+    run_spec = write_selection(SPEC_FOLDER / "tinybert-procedures.yaml", ["wo-gd-rte-s1"], output)
+    assert build_prerequisites("tinybert-procedures", run_spec, output, []) == 0
+    assert events == ["glue-corpus", ["teacher-mlm"], "augmented"]
+    assert Path(CORPUS).is_file()
+
+
 def test_export_keeps_a_committed_record_of_another_training_unless_superseded(tmp_path, capsys):
     """A teacher retrained on a new machine has the same run folder as the committed one; its
     record must not silently replace the one the committed cells were trained against."""

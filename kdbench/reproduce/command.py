@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kdbench.reproduce.prerequisites import build_prerequisites
+from kdbench.reproduce.prerequisites import build_prerequisites, prerequisite_stages, prerequisite_stages_to_train
 from kdbench.reproduce.records import export_records, plot, records_folder, render
 from kdbench.reproduce.selection import (say_which_recorded_cells_retrain, say_which_stages_retrain_elsewhere,
                                          write_selection)
@@ -32,6 +32,7 @@ def cmd_reproduce(args: Any) -> int:
             sweep_options += ["--profile", args.profile]
         patterns = [p.strip() for p in (args.only or "").split(",") if p.strip()]
         run_spec = write_selection(spec_path, patterns, Path(args.output)) if patterns else spec_path
+        stages_to_train = prerequisite_stages_to_train(args.table, spec_path, run_spec, Path(args.output))
         code = build_prerequisites(
             args.table, run_spec, Path(args.output), sweep_options, dry_run=args.dry_run,
             before_training=lambda: say_which_stages_retrain_elsewhere(args.table, spec_path, run_spec,
@@ -39,7 +40,8 @@ def cmd_reproduce(args: Any) -> int:
         if code != 0:
             return code
         if args.missing:  # after the prerequisites: building augmented data renames the runs that read it
-            run_spec = write_selection(spec_path, patterns, Path(args.output), leave_out_recorded_in=records)
+            run_spec = write_selection(spec_path, patterns, Path(args.output), leave_out_recorded_in=records,
+                                       also_to_train=stages_to_train)
         else:
             say_which_recorded_cells_retrain(run_spec, Path(args.output), records)
         if args.missing and not load_spec(run_spec).get("cells"):
@@ -48,7 +50,9 @@ def cmd_reproduce(args: Any) -> int:
             code = kdbench_main(["sweep", str(run_spec), *sweep_options, *(["--dry-run"] if args.dry_run else [])])
         if args.dry_run:
             return code
-        copied = export_records(spec_path, Path(args.output), records, supersede=args.supersede_records)
+        copied = export_records(spec_path, Path(args.output), records, supersede=args.supersede_records,
+                                prerequisite_stages=prerequisite_stages(args.table, load_spec(spec_path),
+                                                                        Path(args.output)))
         print(f"[kdbench reproduce] {len(copied)} records in {records}")
         if code != 0:
             return code

@@ -132,6 +132,28 @@ def needed_prerequisites(table: str, spec: dict[str, Any], read: set[str], outpu
             if p in chosen or any(path in read_by_stages for path in p.paths)]
 
 
+def prerequisite_stages(table: str, spec: dict[str, Any], output: Path) -> dict[str, Any]:
+    """The stages the table's prerequisite files are built with (DA's MLM-adapted teacher), name ->
+    the expanded run: no cell reads their model, yet its weights shape the files the cells read, so
+    their records belong with the table's and their training with its estimate."""
+    from kdbench.sweep import expand
+
+    stages = sorted({p.after_stage for p in prerequisites(table) if p.after_stage is not None})
+    return {stage: expand(stage_alone(spec, stage), output).runs[stage] for stage in stages}
+
+
+def prerequisite_stages_to_train(table: str, spec_path: Path, run_spec: Path, output: Path) -> dict[str, Any]:
+    """Of :func:`prerequisite_stages`, those the chosen runs (``run_spec``) still need trained: a file
+    they read is missing and the stage has no completed run folder in ``output``."""
+    from kdbench.sweep import load_spec, record_completed
+
+    spec = load_spec(spec_path)
+    missing = [p for p in needed_prerequisites(table, spec, _read_paths(run_spec, output), output) if not p.present]
+    stages = prerequisite_stages(table, spec, output)
+    return {p.after_stage: stages[p.after_stage] for p in missing
+            if p.after_stage is not None and not record_completed(stages[p.after_stage].run_dir)}
+
+
 def build_prerequisites(table: str, spec_path: Path, output: Path, sweep_options: list[str],
                         dry_run: bool = False, before_training: Callable[[], None] | None = None) -> int:
     """Build the table's prerequisite files in order. One that needs a stage's model (augmented data

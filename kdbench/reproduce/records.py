@@ -27,9 +27,12 @@ def records_folder(table: str, root: Path = SPEC_FOLDER) -> Path:
     return root / table / "records"
 
 
-def export_records(spec_path: Path, runs_output: Path, destination: Path, supersede: bool = False) -> list[Path]:
+def export_records(spec_path: Path, runs_output: Path, destination: Path, supersede: bool = False,
+                   prerequisite_stages: Mapping[str, Any] | None = None) -> list[Path]:
     """Copy the record files (never model weights) of every run of the spec that has a record into
-    ``destination/<run folder>/``; returns the copied run folders.
+    ``destination/<run folder>/``; returns the copied run folders. ``prerequisite_stages`` (stage
+    name -> expanded run, as :func:`kdbench.reproduce.prerequisites.prerequisite_stages` gives them)
+    are exported too, under their stage's name as role: the MLM teacher that built the augmented sets.
 
     A completed record already there from another training of the same config (another machine or
     session: a different ``created_at``) is kept, and named on standard error, unless ``supersede``:
@@ -44,7 +47,12 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
     from kdbench.sweep import expand, load_spec
 
     copied = []
-    runs = expand(load_spec(spec_path), output=runs_output).runs.values()
+    runs = list(expand(load_spec(spec_path), output=runs_output).runs.values())
+    roles = {run.run_dir.name: stage_role_name(run.stage, run.values.get("task")) for run in runs if run.stage}
+    for name, run in (prerequisite_stages or {}).items():
+        if run.run_dir.name not in roles:  # a stage of the spec too (table 1 fine-tunes MobileBERT from it)
+            roles[run.run_dir.name] = name
+            runs.append(run)
     for run in runs:
         if not (run.run_dir / "result.json").is_file():
             continue
@@ -66,8 +74,7 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
                 (target / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(run.run_dir / name, target / name)
         copied.append(target)
-    _write_stage_roles(destination, {run.run_dir.name: stage_role_name(run.stage, run.values.get("task"))
-                                     for run in runs if run.stage})
+    _write_stage_roles(destination, roles)
     return copied
 
 

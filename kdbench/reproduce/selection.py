@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from kdbench.config import ConfigError
-from kdbench.reproduce.prerequisites import prerequisites, stage_alone, strings_of
+from kdbench.reproduce.prerequisites import prerequisite_stages_to_train
 
 
 def select_runs(spec: dict[str, Any], patterns: list[str]) -> dict[str, Any]:
@@ -106,14 +106,10 @@ def stages_retrained_elsewhere(table: str, spec_path: Path, run_spec: Path, outp
 
     spec = load_spec(spec_path)
     stage_folders = {name: run.run_dir for name, run in expand(spec, output=output).runs.items() if run.kind == "stage"}
-    chosen = expand(load_spec(run_spec), output=output).runs
-    needed = {name for name in chosen if name in stage_folders}
-    read = strings_of(chosen.values())
-    for prerequisite in prerequisites(table):  # a stage a prerequisite needs (DA's MLM teacher) may be no run's
-        stage = prerequisite.after_stage
-        if stage and not prerequisite.present and any(path in read for path in prerequisite.paths):
-            stage_folders[stage] = expand(stage_alone(spec, stage), output=output).runs[stage].run_dir
-            needed.add(stage)
+    needed = {name for name in expand(load_spec(run_spec), output=output).runs if name in stage_folders}
+    for stage, run in prerequisite_stages_to_train(table, spec_path, run_spec, output).items():
+        stage_folders[stage] = run.run_dir  # DA's MLM teacher: a stage no run of the spec reads
+        needed.add(stage)
     here = {"machine": compute_environment(), "versions": library_versions()}
     found = {}
     for name in sorted(needed):
@@ -267,11 +263,13 @@ def _runs_to_do(runs: dict[str, Any], cells: set[str]) -> dict[str, Any]:
 
 
 def write_selection(spec_path: Path, patterns: list[str], output: Path,
-                    leave_out_recorded_in: Path | None = None) -> Path:
+                    leave_out_recorded_in: Path | None = None, also_to_train: Mapping[str, Any] | None = None) -> Path:
     """Write the selected part of the spec beside the runs (``OUTPUT/.selections/``) and return its path.
 
     ``patterns`` as for :func:`select_runs` (none: every cell); with ``leave_out_recorded_in``, the
-    cells with a completed record there are left out too (``--missing``)."""
+    cells with a completed record there are left out too (``--missing``), and the training left is
+    estimated: the kept cells, the stages they need and ``also_to_train`` (name -> expanded run:
+    the stages that build the files they read, which run before them as sweeps of their own)."""
     import hashlib
 
     from kdbench.sweep import expand, load_spec
@@ -284,7 +282,8 @@ def write_selection(spec_path: Path, patterns: list[str], output: Path,
         recorded = recorded_cells(runs, leave_out_recorded_in)
         kept = [cell for cell in selected.get("cells") or [] if cell["name"] not in recorded]
         selected = {**selected, "cells": kept}
-        estimate = TrainingEstimate.of(_runs_to_do(runs, {cell["name"] for cell in kept}), leave_out_recorded_in)
+        to_do = {**_runs_to_do(runs, {cell["name"] for cell in kept}), **(also_to_train or {})}
+        estimate = TrainingEstimate.of(to_do, leave_out_recorded_in)
         print(f"[kdbench reproduce] --missing: {len(recorded)} of {len(kept) + len(recorded)} chosen cells have a "
               f"completed record in {leave_out_recorded_in} and are left out; {len(kept)} to run. {estimate}",
               flush=True)

@@ -393,6 +393,53 @@ def test_a_cell_reading_an_augmented_set_alone_builds_the_corpus_its_mlm_teacher
     assert Path(CORPUS).is_file()
 
 
+def test_the_mlm_teacher_that_builds_the_augmented_sets_is_estimated_and_exported_with_the_table(
+        tmp_path, shared_data, monkeypatch, capsys):
+    """No cell of TinyBERT's Table 2 reads the MLM-adapted teacher, yet its weights make the
+    augmented sets the DA rows train on: a part of the table whose set is missing counts its
+    training in the --missing estimate (from its record), and its record is exported with the
+    table's, named by its role, once it has trained."""
+    import json
+
+    from kdbench.reproduce import CORPUS, write_selection
+    from kdbench.reproduce.prerequisites import prerequisite_stages, prerequisite_stages_to_train
+    from kdbench.reproduce.records import export_records
+    from kdbench.sweep import load_spec
+    from kdbench.tables.building import STAGE_ROLES_FILE
+
+    monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
+    monkeypatch.chdir(tmp_path)
+    Path(CORPUS).parent.mkdir(parents=True)
+    Path(CORPUS).write_text("a sentence\n")
+    output, records = Path("runs/reproduction"), tmp_path / "records"
+    spec_path = SPEC_FOLDER / "tinybert-procedures.yaml"
+    mlm = prerequisite_stages("tinybert-procedures", load_spec(spec_path), output)["teacher-mlm"]
+    _write_record(records / mlm.run_dir.name, status="completed", task="corpus", train_seconds=1800.0)
+
+    da_cell = write_selection(spec_path, ["wo-gd-rte-s1"], output)
+    to_train = prerequisite_stages_to_train("tinybert-procedures", spec_path, da_cell, output)
+    assert list(to_train) == ["teacher-mlm"] and to_train["teacher-mlm"].run_dir == mlm.run_dir
+    capsys.readouterr()
+    write_selection(spec_path, ["teacher-rte"], output, leave_out_recorded_in=records)
+    assert "No record to judge the training time of the 1 runs to do from (teacher-rte)." in capsys.readouterr().out
+    write_selection(spec_path, ["teacher-rte"], output, leave_out_recorded_in=records, also_to_train=to_train)
+    assert ("Training time of the 1 runs to do that the records can judge (stages included): about 0.5 h on the "
+            "machines that wrote them; no record to judge the other 1 from (teacher-rte).") in capsys.readouterr().out
+    wo_td = write_selection(spec_path, ["wo-td-rte-s1"], output)  # reads the augmented set too
+    assert list(prerequisite_stages_to_train("tinybert-procedures", spec_path, wo_td, output)) == ["teacher-mlm"]
+    teacher_alone = write_selection(spec_path, ["teacher-rte"], output)
+    assert prerequisite_stages_to_train("tinybert-procedures", spec_path, teacher_alone, output) == {}
+
+    exported = tmp_path / "exported"
+    _write_record(mlm.run_dir, status="completed", task="corpus", train_seconds=1700.0)
+    assert prerequisite_stages_to_train("tinybert-procedures", spec_path, da_cell, output) == {}  # trained here
+    copied = export_records(spec_path, output, exported,
+                            prerequisite_stages=prerequisite_stages("tinybert-procedures", load_spec(spec_path), output))
+    assert copied == [exported / mlm.run_dir.name]
+    assert json.loads((exported / STAGE_ROLES_FILE).read_text()) == {mlm.run_dir.name: "teacher-mlm"}
+    assert export_records(spec_path, output, tmp_path / "without") == []  # the spec's own runs have no record
+
+
 def test_export_keeps_a_committed_record_of_another_training_unless_superseded(tmp_path, capsys):
     """A teacher retrained on a new machine has the same run folder as the committed one; its
     record must not silently replace the one the committed cells were trained against."""

@@ -91,7 +91,6 @@ def prerequisites(table: str, scale: MiniScale = MINI) -> list[Prerequisite]:
     return found
 
 
-
 def _read_paths(spec_path: Path, output: Path) -> set[str]:
     """Every string value of the runs of a spec (resolved, stages included): the files they read."""
     from kdbench.sweep import expand, load_spec
@@ -116,6 +115,7 @@ def strings_of(runs: Iterable[Any]) -> set[str]:
     for run in runs:
         walk(run.values)
     return found
+
 
 def needed_prerequisites(table: str, spec: dict[str, Any], read: set[str], output: Path) -> list[Prerequisite]:
     """The table's prerequisites, in build order, that the runs to do read (``read``: their string

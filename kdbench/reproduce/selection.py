@@ -272,7 +272,7 @@ def write_selection(spec_path: Path, patterns: list[str], output: Path,
     the stages that build the files they read, which run before them as sweeps of their own)."""
     import hashlib
 
-    from kdbench.sweep import expand, load_spec
+    from kdbench.sweep import expand, load_spec, record_completed
 
     spec = load_spec(spec_path)
     selected = select_runs(spec, patterns) if patterns else spec
@@ -282,7 +282,8 @@ def write_selection(spec_path: Path, patterns: list[str], output: Path,
         recorded = recorded_cells(runs, leave_out_recorded_in)
         kept = [cell for cell in selected.get("cells") or [] if cell["name"] not in recorded]
         selected = {**selected, "cells": kept}
-        to_do = {**_runs_to_do(runs, {cell["name"] for cell in kept}), **(also_to_train or {})}
+        to_do = {**_runs_to_do(runs, {cell["name"] for cell in kept}),
+                 **{name: run for name, run in (also_to_train or {}).items() if not record_completed(run.run_dir)}}
         estimate = TrainingEstimate.of(to_do, leave_out_recorded_in)
         print(f"[kdbench reproduce] --missing: {len(recorded)} of {len(kept) + len(recorded)} chosen cells have a "
               f"completed record in {leave_out_recorded_in} and are left out; {len(kept)} to run. {estimate}",

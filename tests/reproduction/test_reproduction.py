@@ -433,6 +433,8 @@ def test_the_mlm_teacher_that_builds_the_augmented_sets_is_estimated_and_exporte
     exported = tmp_path / "exported"
     _write_record(mlm.run_dir, status="completed", task="corpus", train_seconds=1700.0)
     assert prerequisite_stages_to_train("tinybert-procedures", spec_path, da_cell, output) == {}  # trained here
+    write_selection(spec_path, ["teacher-rte"], output, leave_out_recorded_in=records, also_to_train=to_train)
+    assert "No record to judge the training time of the 1 runs to do from (teacher-rte)." in capsys.readouterr().out
     copied = export_records(spec_path, output, exported,
                             prerequisite_stages=prerequisite_stages("tinybert-procedures", load_spec(spec_path), output))
     assert copied == [exported / mlm.run_dir.name]

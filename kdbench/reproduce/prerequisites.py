@@ -117,19 +117,15 @@ def strings_of(runs: Iterable[Any]) -> set[str]:
     return found
 
 
-def needed_prerequisites(table: str, spec: dict[str, Any], read: set[str], output: Path) -> list[Prerequisite]:
+def needed_prerequisites(table: str, read: set[str], stages: dict[str, Any]) -> list[Prerequisite]:
     """The table's prerequisites, in build order, that the runs to do read (``read``: their string
-    values), and those that the stages building them read: a part of the table chosen with --only
-    may read an augmented set and no corpus, while the MLM teacher the set is built with trains on
-    the corpus."""
-    from kdbench.sweep import expand
-
-    chosen = [p for p in prerequisites(table) if any(path in read for path in p.paths)]
-    stages = {p.after_stage for p in chosen if p.after_stage is not None}
-    read_by_stages = strings_of(run for stage in sorted(stages)
-                                for run in expand(stage_alone(spec, stage), output).runs.values())
-    return [p for p in prerequisites(table)
-            if p in chosen or any(path in read_by_stages for path in p.paths)]
+    values), and those that the stages building them read (``stages``: :func:`prerequisite_stages`):
+    a part of the table chosen with --only may read an augmented set and no corpus, while the MLM
+    teacher the set is built with trains on the corpus."""
+    found = prerequisites(table)
+    chosen = [p for p in found if any(path in read for path in p.paths)]
+    read_by_stages = strings_of(stages[p.after_stage] for p in chosen if p.after_stage is not None)
+    return [p for p in found if p in chosen or any(path in read_by_stages for path in p.paths)]
 
 
 def prerequisite_stages(table: str, spec: dict[str, Any], output: Path) -> dict[str, Any]:
@@ -147,9 +143,8 @@ def prerequisite_stages_to_train(table: str, spec_path: Path, run_spec: Path, ou
     they read is missing and the stage has no completed run folder in ``output``."""
     from kdbench.sweep import load_spec, record_completed
 
-    spec = load_spec(spec_path)
-    missing = [p for p in needed_prerequisites(table, spec, _read_paths(run_spec, output), output) if not p.present]
-    stages = prerequisite_stages(table, spec, output)
+    stages = prerequisite_stages(table, load_spec(spec_path), output)
+    missing = [p for p in needed_prerequisites(table, _read_paths(run_spec, output), stages) if not p.present]
     return {p.after_stage: stages[p.after_stage] for p in missing
             if p.after_stage is not None and not record_completed(stages[p.after_stage].run_dir)}
 
@@ -165,8 +160,9 @@ def build_prerequisites(table: str, spec_path: Path, output: Path, sweep_options
     from kdbench.sweep import expand, load_spec
 
     spec = load_spec(spec_path)
+    stages = prerequisite_stages(table, spec, output)  # for the paths they read, not their folders
     stage_models: dict[str, Path] = {}  # each stage run once
-    for prerequisite in needed_prerequisites(table, spec, _read_paths(spec_path, output), output):
+    for prerequisite in needed_prerequisites(table, _read_paths(spec_path, output), stages):
         files = ", ".join(prerequisite.paths)
         if prerequisite.present:
             print(f"[kdbench reproduce] {files}: present ({prerequisite.description})", flush=True)
@@ -189,6 +185,7 @@ def build_prerequisites(table: str, spec_path: Path, output: Path, sweep_options
             code = kdbench_main(["sweep", str(stage_path), *sweep_options, *waiting])
             if code != 0:
                 return code
+            # expanded again: its folder hashes the files built before it (the corpus), absent at the start
             stage_model = expand(stage_spec, output).runs[prerequisite.after_stage].run_dir / "model"
             stage_models[prerequisite.after_stage] = stage_model
         prerequisite.ensure(MINI, stage_model)

@@ -65,7 +65,8 @@ class TrainConfig:
     save_total_limit: int = constrained(2, ge=1)
     group_by_length: bool = True
     dataloader_workers: int = constrained(0, ge=0)
-    # Speed-only options (they change no result, so they stay out of the run's identity hash):
+    # Speed-only options, out of the run's identity hash. They change no result, except that layers read
+    # from the teacher cache are rounded to teacher_cache_dtype (a live teacher's are not): see kdbench.cache.
     compile: bool = False  # torch.compile the student and teacher (GPU)
     teacher_cache: bool = True  # read teacher outputs from the on-disk cache (kdbench.cache)
     # Disk allowed for the hidden states / attention maps of one stage's cache entry. 16 GiB holds TinyBERT's

@@ -781,3 +781,17 @@ def test_mobilebert_bare_student_is_trained_as_the_pd_student_is_but_for_the_obj
     pd_optimization = resolve(PD_OPTIMIZATION, build_run_config(pd).train)
     assert bare_optimization.optimizer == "lamb"
     assert dataclasses.replace(bare_optimization, sources={}) == dataclasses.replace(pd_optimization, sources={})
+
+
+def test_mrpc_da_cells_cache_the_teacher_layers_without_changing_their_identity():
+    from kdbench.config import build_run_config
+
+    cells = {cell["name"]: cell for cell in build_spec("tinybert-procedures")["cells"]}
+    mrpc = cells["wo-gd-mrpc-s2"]
+    assert mrpc["train.teacher_cache_budget_mb"] == 40960  # ~35 GB of float16 layers for 32,511 rows
+    assert "train.teacher_cache_budget_mb" not in cells["wo-gd-rte-s2"]  # RTE's DA rows ran the teacher live
+    assert "train.teacher_cache_budget_mb" not in cells["tinybert-gd-td-3l-192-mrpc-s2"]  # no DA: fits 16 GiB
+    keys = {"method": "tinybert", "task": "mrpc", "student": "teacher-3l-192", "teacher": "minilm-l6", "seed": 2}
+    with_budget = build_run_config({**keys, "train.teacher_cache_budget_mb": mrpc["train.teacher_cache_budget_mb"]})
+    assert with_budget.train.teacher_cache_budget_mb == 40960
+    assert with_budget.config_hash() == build_run_config(keys).config_hash()

@@ -289,6 +289,45 @@ def test_truncated_cache_file_is_an_error(tmp_path):
         session.cache().load("logits")
 
 
+def _row_file(tmp_path: Path, array: np.ndarray) -> tuple[C.RowFile, object]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    np.save(tmp_path / "field.npy", array)
+    executor = ThreadPoolExecutor(2)
+    return C.RowFile(np.load(tmp_path / "field.npy", mmap_mode="r"), executor), executor
+
+
+def test_row_file_reads_the_rows_asked_for_in_their_order_by_positioned_reads(tmp_path):
+    array = np.arange(7 * 3 * 5 * 5, dtype=np.float16).reshape(7, 3, 5, 5)  # (rows, heads, L, L)
+    table, executor = _row_file(tmp_path, array)
+    assert table._fd is not None  # this platform has os.preadv: no memory map is read
+    for rows in ([6, 0, 3], [2, 2, 5, 1], [4], []):
+        np.testing.assert_array_equal(table.take(np.array(rows, dtype=np.int64)), array[rows])
+    table.close()
+    executor.shutdown()
+    assert table._fd is None
+
+
+def test_row_file_names_the_file_for_a_row_past_its_end_or_a_truncated_file(tmp_path):
+    table, executor = _row_file(tmp_path, np.ones((4, 6), dtype=np.float32))
+    with pytest.raises(IndexError, match=r"field\.npy: row 4 of 4"):
+        table.take(np.array([1, 4]))
+    with (tmp_path / "field.npy").open("r+b") as handle:  # cut the last row short after the header was read
+        handle.truncate(table._offset + 3 * 6 * 4 + 10)
+    with pytest.raises(OSError, match=r"short read at row 3 \(10 of 24 bytes"):
+        table.take(np.array([0, 3]))
+    table.close()
+    executor.shutdown()
+
+
+def test_closing_the_cached_teacher_closes_its_files_and_threads(tmp_path):
+    session = _session(tmp_path, _tiny_teacher(), _dataset(LENGTHS), budget_mb=10)
+    cached = session.for_stage(Stage("s", loss=None, teacher_features=FeatureRequest(hidden_states=True)))
+    assert cached.mapped and all(table._fd is not None for table in cached.mapped.values())
+    cached.close()
+    assert all(table._fd is None for table in cached.mapped.values()) and cached._executor is None
+
+
 @pytest.mark.integration
 def test_kd_run_records_and_reuses_the_cache(tmp_path, tiny_teacher, shared_data, monkeypatch):
     """A real kd run on SST-2 text: the record says what was cached; a second run (other seed) hits."""

@@ -454,6 +454,8 @@ def bench_stage(setup: Setup, method: str, config: Any, stage: Any, module: Any,
                                                           record=False)
             cached_s.append(with_cache)
             speedups.append(seconds / with_cache)
+    if cached is not None:
+        cached.close()
     row: dict[str, Any] = {
         "method": method, "stage": stage.name, "uses_teacher": uses_teacher,
         "timed_examples": examples, "timed_tokens": tokens,
@@ -552,6 +554,8 @@ def bench_textbrewer(setup: Setup) -> dict[str, Any]:
             del teacher_outputs
             ours_cached.append(with_cache)
             theirs_cached.append(tb_cached)
+    if cached is not None:
+        cached.close()
     profile = _profile_joint_job(setup, config, stage, module, order, eager_teacher, layers_t, layers_s,
                                  textbrewer_job) if options.profile else None
     plan = session.plans[0]

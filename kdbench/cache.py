@@ -37,6 +37,7 @@ import os
 import time
 import types
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -425,7 +426,7 @@ class RowFile:
     no positioned reads (``os.preadv``), rows come from a memory map.
     """
 
-    def __init__(self, mapped: np.memmap, executor: Any) -> None:
+    def __init__(self, mapped: np.memmap, executor: ThreadPoolExecutor) -> None:
         """``mapped``: the field as :meth:`TeacherOutputCache.load` maps it (its shape checked)."""
         self.path, self.shape, self.dtype = Path(mapped.filename), tuple(mapped.shape), mapped.dtype
         self._row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
@@ -440,6 +441,8 @@ class RowFile:
     def take(self, rows: np.ndarray) -> np.ndarray:
         """The rows at ``rows`` (example indices), whole, in that order: ``(len(rows), *shape[1:])``."""
         if self._fd is None:
+            if self._mapped is None:
+                raise ValueError(f"teacher cache {self.path}: read after close()")
             return np.asarray(self._mapped[rows])
         out = np.empty((len(rows), *self.shape[1:]), dtype=self.dtype)
         if not len(rows):
@@ -482,14 +485,12 @@ class CachedTeacher:
     storage: str = "float16"
     folder: Path | None = None  # the cache folder read, marked as used every TOUCH_EVERY_SECONDS
     _touched: float = field(default_factory=time.monotonic)
-    _executor: Any = None  # the row reads' thread pool, shut down by close()
+    _executor: ThreadPoolExecutor | None = None  # the row reads' thread pool, shut down by close()
 
     @classmethod
     def open(cls, cache: TeacherOutputCache, fields: tuple[str, ...], device: Any, probs_wanted: bool = True,
              num_layers: int = 0) -> CachedTeacher:
         import torch
-
-        from concurrent.futures import ThreadPoolExecutor
 
         tensors, mapped = {}, {}
         executor = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="kdbench-cache")
@@ -502,7 +503,7 @@ class CachedTeacher:
         return cls(tensors, mapped, probs_wanted, num_layers, cache.key.storage, cache.folder, _executor=executor)
 
     def close(self) -> None:
-        """Close the large fields' files and the read threads (the trainer does, when its stage ends)."""
+        """Close the large fields' files and the read threads (whoever opened it does, when done with it)."""
         for table in self.mapped.values():
             table.close()
         if self._executor is not None:

@@ -240,6 +240,8 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
     args = training_arguments(config, stage, folder, selection_metric, has_eval=bool(eval_splits))
     progress = StageProgress(stage.name, run_dir, selection_metric if args.load_best_model_at_end else None,
                              show_bar=is_main_process())
+    # The stage owns its cached teacher (a trainer may share one, as the bench's repeats do): closed below.
+    cached_teacher = teacher_cache.for_stage(stage) if teacher_cache is not None and stage.uses_teacher else None
     trainer = DistillationTrainer(
         model=module,
         args=args,
@@ -256,7 +258,7 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
         task=task,
         eval_splits=eval_splits,
         eval_tokenizer=tokenizer,
-        cached_teacher=teacher_cache.for_stage(stage) if teacher_cache is not None and stage.uses_teacher else None,
+        cached_teacher=cached_teacher,
         optimization=optimization,
     )
     trainer.remove_callback(ProgressCallback)  # StageProgress shows the bar, with the loss terms
@@ -269,6 +271,8 @@ def _run_stage(index: int, stage: Stage, module: DistillationModule, teacher: Pr
                                        str(next(module.parameters()).device), str(error).splitlines()[0]) from error
     finally:
         trainer.release()
+        if cached_teacher is not None:
+            cached_teacher.close()
     seconds = stage_clock.seconds()
     metrics = {}
     if trainer.state.best_metric is not None:

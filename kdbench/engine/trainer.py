@@ -66,8 +66,6 @@ class DistillationTrainer(Trainer):
         self.student_capture.remove()
         if self.teacher_capture is not None:
             self.teacher_capture.remove()
-        if self.cached_teacher is not None:
-            self.cached_teacher.close()
 
     # -- loss ------------------------------------------------------------------------------
     def compute_loss(self, model: nn.Module, inputs: dict[str, Any], return_outputs: bool = False,

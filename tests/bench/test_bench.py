@@ -148,7 +148,7 @@ def test_cache_budget_lets_intermediate_stages_read_cached_teacher_features(shar
     """With a disk budget, TinyBERT's intermediate stage reads hidden states and attention scores from the
     cache (one teacher pass) instead of running the teacher; without one it is measured live only."""
     common = dict(teacher=str(tiny_teacher), student="teacher-1l", methods=("tinybert",), steps=2, warmup=1,
-                  repeats=1, batch_size=4, max_seq_length=32, data_dir=str(shared_data), textbrewer=False,
+                  repeats=2, batch_size=4, max_seq_length=32, data_dir=str(shared_data), textbrewer=False,
                   augment=False, overrides={"mapping": [2]})
     without = bench.run_bench(bench.BenchOptions(**common))
     assert "cache_speedup" not in without["methods"][0]

@@ -326,6 +326,8 @@ def test_closing_the_cached_teacher_closes_its_files_and_threads(tmp_path):
     assert cached.mapped and all(table._fd is not None for table in cached.mapped.values())
     cached.close()
     assert all(table._fd is None for table in cached.mapped.values()) and cached._executor is None
+    with pytest.raises(ValueError, match=r"hidden_states\.0\.npy: read after close"):
+        cached.mapped["hidden_states.0"].take(np.array([0]))
 
 
 @pytest.mark.integration

@@ -11,7 +11,8 @@
 #      script, with the node's CPUs / RealMemory taken from nproc and /proc/meminfo;
 #   3. starts munged, mariadbd, slurmdbd, slurmctld, slurmd (each only if not already running;
 #      the Slurm daemons are restarted when their configuration changed);
-#   4. waits until `sinfo` shows the node idle and `sacct` answers;
+#   4. waits until `sinfo` shows the node idle and `sacct` answers; a controller started cold
+#      cancels the jobs it recovered from a cluster that died without down.sh;
 #   5. writes /etc/slurm/kdbench-dev.env (`export SLURM_CONF=/etc/slurm/slurm.conf`) and prints
 #      that line as the last line of standard output.
 #
@@ -180,9 +181,11 @@ if ! sacctmgr -n -P show cluster format=cluster | grep -qx "$CLUSTER"; then
     sacctmgr -i add cluster "$CLUSTER" >/dev/null
 fi
 
+cold_start=0
 if ! alive "$RUN_DIR/slurmctld.pid"; then
     log "starting slurmctld"
     /usr/sbin/slurmctld
+    pgrep -x slurmstepd >/dev/null || cold_start=1
 fi
 if ! alive "$RUN_DIR/slurmd.pid"; then
     log "starting slurmd"
@@ -201,6 +204,26 @@ for _ in $(seq 1 $((TIMEOUT * 2))); do
 done
 [[ "$state" =~ ^(idle|mix|alloc)$ ]] || die "node $NODE is '$state', not idle (see $LOG_DIR/slurmctld.log, slurmd.log)"
 sacct -n -X -S now-1minute >/dev/null || die "sacct does not work (see $LOG_DIR/slurmdbd.log)"
+
+# down.sh cancels every job before it stops the controller, so a controller started cold recovers
+# queued or running jobs only from a cluster that died without down.sh (a killed session, a
+# rebooted VM). No job step is alive, yet the recovered jobs hold the node (or run a dead session's
+# scripts), and new jobs stay pending for many minutes: cancel them. (Not `slurmctld -c`: that
+# would also restart job ids at 1, and sacct would then mix old and new jobs of the same id.)
+if ((cold_start)); then
+    orphans=$(squeue -h -o %F 2>/dev/null | sort -un | tr '\n' ' ' || true)
+    if [[ -n "${orphans// /}" ]]; then
+        log "cancelling jobs of an earlier cluster that was not brought down: $orphans"
+        # shellcheck disable=SC2086
+        scancel $orphans
+        for _ in $(seq 1 $((TIMEOUT * 2))); do
+            [[ -z "$(squeue -h -o %i 2>/dev/null)" ]] && break
+            sleep 0.5
+        done
+        [[ -z "$(squeue -h -o %i)" ]] || die "jobs of an earlier cluster are still queued: $(squeue -h -o '%i %T' | tr '\n' ' ')"
+        state=$(sinfo -h -n "$NODE" -o '%t' | head -n1)
+    fi
+fi
 
 echo "export SLURM_CONF=$SLURM_CONF_PATH" >"$ENV_FILE"
 ELAPSED=$(awk -v s="$START" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}')

@@ -5,6 +5,8 @@
 #   bash slurm/dev-cluster/down.sh --purge    # also forget job state (spool) and logs
 set -uo pipefail
 RUN_DIR=/run/slurm
+# shellcheck source=slurm/dev-cluster/jobs.sh
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/jobs.sh"
 [[ $(id -u) -eq 0 ]] || { echo "[dev-cluster] ERROR: must run as root" >&2; exit 1; }
 
 stop() {  # stop NAME PIDFILE
@@ -27,13 +29,7 @@ export SLURM_CONF=/etc/slurm/slurm.conf
 ctld_pid=$(cat "$RUN_DIR/slurmctld.pid" 2>/dev/null || true)
 if [[ -n "$ctld_pid" ]] && kill -0 "$ctld_pid" 2>/dev/null && command -v squeue >/dev/null \
         && timeout 10 scontrol show config 2>/dev/null | grep -E "^ClusterName +=[ ]+$CLUSTER\$" >/dev/null; then
-    jobs=$(timeout 10 squeue --noheader --format=%F --clusters="$CLUSTER" 2>/dev/null | grep -E "^[0-9]+$" | sort -un || true)
-    if [[ -n "$jobs" ]]; then
-        echo "[dev-cluster] cancelling the dev cluster's jobs: $(echo $jobs)" >&2
-        # shellcheck disable=SC2086
-        timeout 10 scancel --clusters="$CLUSTER" $jobs 2>/dev/null || true
-        sleep 1
-    fi
+    cancel_dev_cluster_jobs "$CLUSTER" 1 || true
 fi
 stop slurmd "$RUN_DIR/slurmd.pid"
 stop slurmctld "$RUN_DIR/slurmctld.pid"

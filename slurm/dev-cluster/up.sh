@@ -23,6 +23,8 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=slurm/dev-cluster/jobs.sh
+. "$HERE/jobs.sh"
 ETC=/etc/slurm
 SLURM_CONF_PATH="$ETC/slurm.conf"
 ENV_FILE="$ETC/kdbench-dev.env"
@@ -210,19 +212,11 @@ sacct -n -X -S now-1minute >/dev/null || die "sacct does not work (see $LOG_DIR/
 # rebooted VM). No job step is alive, yet the recovered jobs hold the node (or run a dead session's
 # scripts), and new jobs stay pending for many minutes: cancel them. (Not `slurmctld -c`: that
 # would also restart job ids at 1, and sacct would then mix old and new jobs of the same id.)
-if ((cold_start)); then
-    orphans=$(squeue -h -o %F 2>/dev/null | sort -un | tr '\n' ' ' || true)
-    if [[ -n "${orphans// /}" ]]; then
-        log "cancelling jobs of an earlier cluster that was not brought down: $orphans"
-        # shellcheck disable=SC2086
-        scancel $orphans
-        for _ in $(seq 1 $((TIMEOUT * 2))); do
-            [[ -z "$(squeue -h -o %i 2>/dev/null)" ]] && break
-            sleep 0.5
-        done
-        [[ -z "$(squeue -h -o %i)" ]] || die "jobs of an earlier cluster are still queued: $(squeue -h -o '%i %T' | tr '\n' ' ')"
-        state=$(sinfo -h -n "$NODE" -o '%t' | head -n1)
-    fi
+if ((cold_start)) && [[ -n "$(dev_cluster_jobs "$CLUSTER")" ]]; then
+    log "the controller recovered jobs of an earlier cluster that was not brought down"
+    cancel_dev_cluster_jobs "$CLUSTER" "$TIMEOUT" \
+        || die "jobs of an earlier cluster are still queued: $(dev_cluster_jobs "$CLUSTER")"
+    state=$(sinfo -h -n "$NODE" -o '%t' | head -n1)
 fi
 
 echo "export SLURM_CONF=$SLURM_CONF_PATH" >"$ENV_FILE"

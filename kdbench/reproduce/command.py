@@ -8,8 +8,8 @@ from typing import Any
 
 from kdbench.reproduce.prerequisites import build_prerequisites, prerequisite_stages, prerequisite_stages_to_train
 from kdbench.reproduce.records import export_records, plot, records_folder, render
-from kdbench.reproduce.selection import (say_which_recorded_cells_retrain, say_which_stages_retrain_elsewhere,
-                                         write_selection)
+from kdbench.reproduce.selection import (chosen_run_folders, say_which_recorded_cells_retrain,
+                                         say_which_stages_retrain_elsewhere, write_selection)
 from kdbench.reproduce.study import OUTPUT, SPEC_FOLDER, TABLE_ROWS, write_spec
 
 
@@ -32,6 +32,8 @@ def cmd_reproduce(args: Any) -> int:
             sweep_options += ["--profile", args.profile]
         patterns = [p.strip() for p in (args.only or "").split(",") if p.strip()]
         run_spec = write_selection(spec_path, patterns, Path(args.output)) if patterns else spec_path
+        supersede = (chosen_run_folders(args.table, spec_path, run_spec, Path(args.output))
+                     if args.supersede_records and patterns else args.supersede_records)
         stages_to_train = prerequisite_stages_to_train(args.table, spec_path, run_spec, Path(args.output))
         code = build_prerequisites(
             args.table, run_spec, Path(args.output), sweep_options, dry_run=args.dry_run,
@@ -50,7 +52,7 @@ def cmd_reproduce(args: Any) -> int:
             code = kdbench_main(["sweep", str(run_spec), *sweep_options, *(["--dry-run"] if args.dry_run else [])])
         if args.dry_run:
             return code
-        copied = export_records(spec_path, Path(args.output), records, supersede=args.supersede_records,
+        copied = export_records(spec_path, Path(args.output), records, supersede=supersede,
                                 prerequisite_stages=prerequisite_stages(args.table, load_spec(spec_path),
                                                                         Path(args.output)))
         print(f"[kdbench reproduce] {len(copied)} records in {records}")
@@ -79,7 +81,8 @@ def add_command(subparsers: Any) -> None:
     reproduce.add_argument("--no-plots", action="store_true", help="skip the score-vs-cost plots (plots/)")
     reproduce.add_argument("--supersede-records", action="store_true",
                            help="replace committed records of another training of the same run (e.g. a teacher "
-                                "retrained on a new machine) instead of keeping them")
+                                "retrained on a new machine) instead of keeping them; with --only, only those of "
+                                "the chosen cells and stages and of the stages they read")
     reproduce.add_argument("--only", metavar="PATTERNS",
                            help="run only the cells (or stages) whose names match these comma-separated shell "
                                 "patterns, e.g. 'kd-3l-*' or '*-mrpc-s*' or 'teacher-rte' (see --dry-run for names); "

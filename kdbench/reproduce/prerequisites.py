@@ -138,6 +138,16 @@ def prerequisite_stages(table: str, spec: dict[str, Any], output: Path) -> dict[
     return {stage: expand(stage_alone(spec, stage), output).runs[stage] for stage in stages}
 
 
+def prerequisite_stages_read_by(table: str, spec_path: Path, run_spec: Path, output: Path) -> dict[str, Any]:
+    """Of :func:`prerequisite_stages`, those that build files the chosen runs (``run_spec``) read,
+    trained or not: DA's MLM teacher for a DA cell."""
+    from kdbench.sweep import load_spec
+
+    stages = prerequisite_stages(table, load_spec(spec_path), output)
+    return {p.after_stage: stages[p.after_stage] for p in needed_prerequisites(table, _read_paths(run_spec, output), stages)
+            if p.after_stage is not None}
+
+
 def prerequisite_stages_to_train(table: str, spec_path: Path, run_spec: Path, output: Path) -> dict[str, Any]:
     """Of :func:`prerequisite_stages`, those the chosen runs (``run_spec``) still need trained: a file
     they read is missing and the stage has no completed run folder in ``output``."""

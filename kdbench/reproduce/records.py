@@ -4,7 +4,7 @@ against seed noise (``TABLE_CLAIMS``, :mod:`kdbench.claims`) and score-vs-cost p
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ def records_folder(table: str, root: Path = SPEC_FOLDER) -> Path:
     return root / table / "records"
 
 
-def export_records(spec_path: Path, runs_output: Path, destination: Path, supersede: bool = False,
+def export_records(spec_path: Path, runs_output: Path, destination: Path, supersede: bool | Collection[str] = False,
                    prerequisite_stages: Mapping[str, Any] | None = None) -> list[Path]:
     """Copy the record files (never model weights) of every run of the spec that has a record into
     ``destination/<run folder>/``; returns the copied run folders. ``prerequisite_stages`` (stage
@@ -35,8 +35,10 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
     are exported too, under their stage's name as role: the MLM teacher that built the augmented sets.
 
     A completed record already there from another training of the same config (another machine or
-    session: a different ``created_at``) is kept, and named on standard error, unless ``supersede``:
-    records that read its model were trained on its weights, which a new training need not repeat.
+    session: a different ``created_at``) is kept, and named on standard error, unless ``supersede``
+    covers it (True: every run; a collection: the run folders it names, e.g. the cells ``--only``
+    chose and the stages they read): records that read its model were trained on its weights, which
+    a new training need not repeat.
     A run that did not complete never replaces a completed record, ``supersede`` or not, and an
     interrupted run is not exported at all: it resumes when the table runs again and is exported
     once it completes (a failed run is, where no completed record is: a table notes its failure)."""
@@ -64,7 +66,8 @@ def export_records(spec_path: Path, runs_output: Path, destination: Path, supers
             # Already exported. A teacher rebuilt by rebuild_teacher.py holds the committed record beside
             # weights of its own training, whose files (model/config.json) must not replace the record's.
             continue
-        reason = _why_not_exported(json.loads(fresh_text), json.loads(kept_text) if kept_text else None, supersede)
+        may_supersede = supersede is True or (not isinstance(supersede, bool) and run.run_dir.name in supersede)
+        reason = _why_not_exported(json.loads(fresh_text), json.loads(kept_text) if kept_text else None, may_supersede)
         if reason:
             print(f"[kdbench reproduce] {run.run_dir} not exported to {target}: {reason}", file=sys.stderr, flush=True)
             continue
@@ -117,7 +120,8 @@ def _why_not_exported(fresh: dict[str, Any], committed: dict[str, Any] | None, s
         return (f"the record kept there is another training that wrote the same weights (sha256 "
                 f"{same_weights[:12]}), so records that read either agree; nothing to rerun")
     if conflict and not supersede:
-        return f"{conflict}; --supersede-records replaces it (rerun every record that read its model)"
+        return (f"{conflict}; --supersede-records replaces it (with --only, when the chosen cells read it or it is "
+                f"chosen; rerun every record that read its model)")
     return None
 
 

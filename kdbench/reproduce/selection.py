@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from kdbench.config import ConfigError
-from kdbench.reproduce.prerequisites import prerequisite_stages_to_train
+from kdbench.reproduce.prerequisites import prerequisite_stages_read_by, prerequisite_stages_to_train
 
 
 def select_runs(spec: dict[str, Any], patterns: list[str]) -> dict[str, Any]:
@@ -52,6 +52,18 @@ def _referenced_stages(cells: list[dict[str, Any]], stages: dict[str, Any]) -> s
                 depends_on = [f"${{{other}}}" for other in stages[name].get("depends_on") or []]
                 todo.append(json.dumps([stages[name], depends_on], default=str))
     return found
+
+
+def chosen_run_folders(table: str, spec_path: Path, run_spec: Path, output: Path) -> frozenset[str]:
+    """The run folder names of what ``run_spec`` (a selection of the table's spec) runs: the chosen
+    cells and stages, the stages they read (their teacher, a corpus stage) and the stages that built
+    the files they read (DA's MLM teacher). ``--supersede-records`` with ``--only`` replaces only
+    these records: another training of a teacher the chosen cells do not read keeps its record."""
+    from kdbench.sweep import expand, load_spec
+
+    runs = list(expand(load_spec(run_spec), output=output).runs.values())
+    runs += prerequisite_stages_read_by(table, spec_path, run_spec, output).values()
+    return frozenset(run.run_dir.name for run in runs)
 
 
 def recorded_cells(runs: dict[str, Any], records: Path) -> set[str]:

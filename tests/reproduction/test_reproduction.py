@@ -516,6 +516,65 @@ def test_an_unfinished_retraining_never_replaces_a_completed_record(tmp_path, ca
     assert "it is failed, not completed; the completed record stays" in capsys.readouterr().err
 
 
+def test_supersede_with_only_replaces_the_records_the_chosen_cells_read(tmp_path, shared_data, monkeypatch, capsys):
+    """``--only CELLS --supersede-records`` replaces the records of the chosen cells and of the
+    stages they read (their teacher retrained on the machine they ran on), and keeps the record of a
+    teacher retrained here for other cells: superseding it would leave its committed cells beside a
+    teacher record they did not read."""
+    import json
+
+    from kdbench.cli import main
+    from kdbench.reproduce import write_selection
+    from kdbench.sweep import expand, load_spec
+
+    monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
+    monkeypatch.chdir(tmp_path)
+    output, records = tmp_path / "runs", tmp_path / "records"
+    spec_path = SPEC_FOLDER / "cross-method.yaml"
+    runs = expand(load_spec(write_selection(spec_path, ["kd-3l-mrpc-s1", "teacher-rte"], output)), output=output).runs
+    cell, chosen_teacher, other_teacher = runs["kd-3l-mrpc-s1"], runs["teacher-mrpc"], runs["teacher-rte"]
+    for run, task in ((cell, "mrpc"), (chosen_teacher, "mrpc"), (other_teacher, "rte")):
+        _write_record(records / run.run_dir.name, status="completed", task=task, created_at="2026-11-23T21:04:46+0000",
+                      metrics={"acc": 50.0})
+    for run, task in ((chosen_teacher, "mrpc"), (other_teacher, "rte")):
+        _write_record(run.run_dir, status="completed", task=task, created_at="2026-12-04T07:56:04+0000",
+                      metrics={"acc": 60.0})
+
+    assert main(["reproduce", "cross-method", "--only", "kd-3l-mrpc-s1", "--missing", "--supersede-records",
+                 "--no-plots", "--records", str(records), "--output", str(output)]) == 0
+    metrics = {name: json.loads((records / run.run_dir.name / "result.json").read_text())["metrics"]
+               for name, run in (("teacher-mrpc", chosen_teacher), ("teacher-rte", other_teacher))}
+    assert metrics == {"teacher-mrpc": {"acc": 60.0}, "teacher-rte": {"acc": 50.0}}
+    said = capsys.readouterr().err
+    assert f"{other_teacher.run_dir} not exported to {records / other_teacher.run_dir.name}" in said
+    assert str(chosen_teacher.run_dir) + " not exported" not in said
+
+
+def test_the_runs_a_da_cell_reads_include_the_mlm_teacher_that_built_its_augmented_set(tmp_path, shared_data,
+                                                                                    monkeypatch):
+    from kdbench.reproduce import CORPUS, write_selection
+    from kdbench.reproduce.prerequisites import prerequisite_stages
+    from kdbench.reproduce.selection import chosen_run_folders
+    from kdbench.sweep import expand, load_spec
+
+    monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
+    monkeypatch.chdir(tmp_path)
+    Path(CORPUS).parent.mkdir(parents=True)
+    Path(CORPUS).write_text("a sentence\n")
+    output = Path("runs/reproduction")
+    spec_path = SPEC_FOLDER / "tinybert-procedures.yaml"
+    stages = expand(load_spec(spec_path), output=output).runs
+    mlm = prerequisite_stages("tinybert-procedures", load_spec(spec_path), output)["teacher-mlm"]
+
+    chosen = chosen_run_folders("tinybert-procedures", spec_path, write_selection(spec_path, ["wo-gd-rte-s1"], output),
+                                output)
+    assert {mlm.run_dir.name, stages["teacher-rte"].run_dir.name} <= chosen
+    assert stages["teacher-cola"].run_dir.name not in chosen
+    alone = chosen_run_folders("tinybert-procedures", spec_path, write_selection(spec_path, ["teacher-rte"], output),
+                               output)
+    assert alone == {stages["teacher-rte"].run_dir.name}
+
+
 def test_export_says_a_retraining_with_the_same_weights_needs_no_rerun(tmp_path, capsys):
     """A deterministic retraining (same code, libraries, threads) writes bit-identical weights: the
     committed record stays, and the message says so instead of asking to rerun what read it. Weights

@@ -31,9 +31,7 @@ def cmd_reproduce(args: Any) -> int:
         if args.profile:
             sweep_options += ["--profile", args.profile]
         patterns = [p.strip() for p in (args.only or "").split(",") if p.strip()]
-        run_spec = write_selection(spec_path, patterns, Path(args.output)) if patterns else spec_path
-        supersede = (chosen_run_folders(args.table, spec_path, run_spec, Path(args.output))
-                     if args.supersede_records and patterns else args.supersede_records)
+        run_spec = chosen_spec = write_selection(spec_path, patterns, Path(args.output)) if patterns else spec_path
         stages_to_train = prerequisite_stages_to_train(args.table, spec_path, run_spec, Path(args.output))
         code = build_prerequisites(
             args.table, run_spec, Path(args.output), sweep_options, dry_run=args.dry_run,
@@ -52,6 +50,9 @@ def cmd_reproduce(args: Any) -> int:
             code = kdbench_main(["sweep", str(run_spec), *sweep_options, *(["--dry-run"] if args.dry_run else [])])
         if args.dry_run:
             return code
+        # after the prerequisites, as the folders of runs that read augmented data hash it
+        supersede = (chosen_run_folders(args.table, spec_path, chosen_spec, Path(args.output))
+                     if args.supersede_records and patterns else args.supersede_records)
         copied = export_records(spec_path, Path(args.output), records, supersede=supersede,
                                 prerequisite_stages=prerequisite_stages(args.table, load_spec(spec_path),
                                                                         Path(args.output)))

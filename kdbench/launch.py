@@ -4,7 +4,9 @@ Three executors share one interface (``submitit.Executor``):
 
 * ``debug`` — :class:`submitit.DebugExecutor`: runs each job in this process when its result is
   asked for (breakpoints work); no parallelism.
-* ``local`` — :class:`submitit.LocalExecutor`: one subprocess per job on this machine.
+* ``local`` — :class:`submitit.LocalExecutor`: one subprocess per job on this machine. Unless the
+  profile says ``gpus_per_node``, each worker sees one of the GPUs this process may use, round
+  robin (:func:`local_worker_gpus`); submitit alone would hide every GPU from it.
 * ``slurm`` — :class:`submitit.AutoExecutor` with ``cluster="slurm"`` (given explicitly: submitit
   would otherwise pick Slurm or local depending on whether ``srun`` is on PATH), configured from a
   *cluster profile*.
@@ -178,6 +180,45 @@ def make_executor(kind: str, folder: str | os.PathLike[str], profile: str | dict
     if params:
         executor.update_parameters(**params)
     return executor
+
+
+def local_worker_gpus(workers: int) -> list[tuple[int, ...]]:
+    """The GPU each of ``workers`` local worker processes sees, as ``CUDA_VISIBLE_DEVICES`` numbers.
+
+    Worker ``i`` gets the ``(i mod G)``-th of the G GPUs this process may use: its own
+    ``CUDA_VISIBLE_DEVICES`` when set, else every device torch counts. One GPU each, since a Trainer
+    that sees several without a distributed launch wraps the model in ``DataParallel``; empty tuples
+    on a machine without GPUs. Identifiers that are not numbers (``GPU-<uuid>``, ``MIG-...``) are
+    an error naming them, raised before any job starts: submitit's local executor takes numbers only.
+    """
+    inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if inherited is None:
+        import torch
+
+        devices = list(range(torch.cuda.device_count()))
+    else:
+        names = [name.strip() for name in inherited.split(",") if name.strip()]
+        if not all(name.isdigit() for name in names):
+            raise ProfileError(f"CUDA_VISIBLE_DEVICES={inherited!r}: the local executor gives each worker one GPU by "
+                               "number; name the GPUs by number, or set gpus_per_node in the profile")
+        devices = [int(name) for name in names]
+    if not devices:
+        return [() for _ in range(workers)]
+    return [(devices[i % len(devices)],) for i in range(workers)]
+
+
+def submit_local_workers(executor: Any, profile: dict[str, Any], job: Any, requests: list[Any],
+                         submitted: list[Any]) -> None:
+    """Submit ``job(request)`` as one local worker process per request, appending each job to
+    ``submitted`` as it starts. Each worker sees its share of this machine's GPUs
+    (:func:`local_worker_gpus`), unless the profile's ``gpus_per_node`` decides for all of them."""
+    if profile.get("gpus_per_node") is not None:
+        with executor.batch():
+            submitted.extend(executor.submit(job, request) for request in requests)
+        return
+    for request, gpus in zip(requests, local_worker_gpus(len(requests))):
+        executor.update_parameters(gpus_per_node=len(gpus), visible_gpus=gpus, tasks_per_node=1)
+        submitted.append(executor.submit(job, request))
 
 
 @contextlib.contextmanager

@@ -415,7 +415,7 @@ class RunSeries(RunJob):
 
 def _run_local_workers(sweep: Sweep, todo: list[SweepRun], prof: dict[str, Any], outcome: dict[str, str]) -> None:
     """The local executor: ``local_parallelism`` worker processes, each running its share of the level."""
-    from kdbench.launch import job_failure_line, make_executor, stop_jobs_on_interrupt
+    from kdbench.launch import job_failure_line, make_executor, stop_jobs_on_interrupt, submit_local_workers
 
     workers = max(1, min(len(todo), int(prof.get("local_parallelism") or 1)))
     shares = [todo[i::workers] for i in range(workers)]
@@ -427,8 +427,7 @@ def _run_local_workers(sweep: Sweep, todo: list[SweepRun], prof: dict[str, Any],
             _write_state(Path(request.state_file), PENDING)
     try:
         with stop_jobs_on_interrupt() as jobs:
-            with executor.batch():
-                jobs.extend(executor.submit(RunSeries(), requests) for requests in series)
+            submit_local_workers(executor, prof, RunSeries(), series, jobs)
             for share, requests, job in zip(shares, series, jobs):
                 for request in requests:
                     _write_state(Path(request.state_file), PENDING, job_id=str(job.job_id))
@@ -461,7 +460,8 @@ def _record_cancelled(shares: list[list[SweepRun]], series: list[list[RunRequest
 def _job_identity() -> dict[str, Any]:
     from kdbench.launch import current_job_id
 
-    return {"job_id": current_job_id(), "host": os.uname().nodename, "pid": os.getpid()}
+    return {"job_id": current_job_id(), "host": os.uname().nodename, "pid": os.getpid(),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
 def _write_state(path: Path, state: str, **info: Any) -> None:

@@ -503,13 +503,18 @@ def _submit_tuning_workers(spec: TuneSpec, requests: list[WorkerRequest], execut
     """Submit one tuning worker job per request (none when there is none) and say so."""
     if not requests:
         return []
-    from kdbench.launch import make_executor
+    from kdbench.launch import load_profile, make_executor, submit_local_workers
 
-    executor = make_executor(executor_kind, output / ".submitit", profile)
-    if executor_kind == "slurm":
-        executor.update_parameters(name=f"kdbench-tune-{spec.study_name}")
-    with executor.batch():
-        jobs = [executor.submit(TuneWorker(), request) for request in requests]
+    prof = profile if isinstance(profile, dict) else load_profile(profile)
+    executor = make_executor(executor_kind, output / ".submitit", prof)
+    jobs: list[Any] = []
+    if executor_kind == "local":
+        submit_local_workers(executor, prof, TuneWorker(), requests, jobs)
+    else:
+        if executor_kind == "slurm":
+            executor.update_parameters(name=f"kdbench-tune-{spec.study_name}")
+        with executor.batch():
+            jobs = [executor.submit(TuneWorker(), request) for request in requests]
     print(f"[kdbench] {len(jobs)} tuning worker(s) submitted ({executor_kind}): "
           f"{', '.join(str(j.job_id) for j in jobs)}", flush=True)
     return jobs

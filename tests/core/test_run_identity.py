@@ -154,7 +154,8 @@ def test_stored_and_printed_paths_are_absolute(tiny_teacher, shared_data, tmp_pa
 
     assert record["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert record["machine"]["torch_threads"] == torch.get_num_threads()
-    assert record["machine"]["cpu"] and record["machine"]["gpu"] is None
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    assert record["machine"]["cpu"] and record["machine"]["gpu"] == gpu
 
 
 @pytest.mark.parametrize("name", ["bert-base-uncased", "teacher-3l"])

@@ -61,6 +61,39 @@ def test_executors(tmp_path, srun_on_path):
         launch.make_executor("kubernetes", tmp_path)
 
 
+def test_each_local_worker_sees_one_of_the_gpus_this_process_may_use(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 5")
+    assert launch.local_worker_gpus(3) == [(2,), (5,), (2,)]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert launch.local_worker_gpus(2) == [(), ()]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert launch.local_worker_gpus(3) == [(0,), (1,), (0,)]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert launch.local_worker_gpus(1) == [()]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8f3e2c1a")
+    with pytest.raises(launch.ProfileError, match="CUDA_VISIBLE_DEVICES='GPU-8f3e2c1a'"):
+        launch.local_worker_gpus(1)
+
+
+def test_local_workers_see_the_drivers_gpus_unless_the_profile_names_them(tmp_path, monkeypatch):
+    """Real submitit local jobs report the CUDA_VISIBLE_DEVICES they were started with."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,6")
+    profile = launch.load_profile("local")
+    jobs: list = []
+    launch.submit_local_workers(launch.make_executor("local", tmp_path / "a", profile), profile,
+                                os.getenv, ["CUDA_VISIBLE_DEVICES"] * 3, jobs)
+    assert [job.result() for job in jobs] == ["3", "6", "3"]
+    # A profile's gpus_per_node decides for every worker, as submitit numbers them.
+    profile = {**profile, "gpus_per_node": 0}
+    jobs = []
+    launch.submit_local_workers(launch.make_executor("local", tmp_path / "b", profile), profile,
+                                os.getenv, ["CUDA_VISIBLE_DEVICES"], jobs)
+    assert [job.result() for job in jobs] == [""]
+
+
 def test_distributed_environment_from_slurm_variables(monkeypatch):
     for key in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
         # setenv first so monkeypatch restores the key (deletes it) after init_distributed exported it:

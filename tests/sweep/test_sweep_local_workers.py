@@ -17,8 +17,11 @@ from tiny_models import TINY_RUN
 
 
 @pytest.mark.integration
-def test_local_workers_run_every_cell_of_a_level_once(tmp_path, tiny_models):
+def test_local_workers_run_every_cell_of_a_level_once(tmp_path, tiny_models, monkeypatch):
     from kdbench.sweep import expand, run_sweep, sweep_status
+
+    # The GPUs this driver may use (none exist here: the workers train on the CPU either way).
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,4")
 
     spec = {"name": "loc", "output": str(tmp_path / "sw"),
             "defaults": {**TINY_RUN, "student": str(tiny_models["student"]), "teacher": str(tiny_models["teacher"])},
@@ -32,6 +35,11 @@ def test_local_workers_run_every_cell_of_a_level_once(tmp_path, tiny_models):
     assert sorted(len(s["runs"]) for s in submissions) == [1, 2]
     assert len({job for s in submissions for job in s["job_ids"]}) == 2
     assert [s.state for s in sweep_status(tmp_path / "sw", query_slurm=False)] == ["done"] * 3
+    # Each worker saw one of the driver's GPUs, round robin (submitit alone would have hidden them all).
+    state_dir = expand(spec).state_dir
+    seen = {run: json.loads((state_dir / f"{run}.json").read_text())["cuda_visible_devices"]
+            for run in ("kd-sst2-s1", "kd-sst2-s2", "kd-sst2-s3")}
+    assert seen == {"kd-sst2-s1": "3", "kd-sst2-s2": "4", "kd-sst2-s3": "3"}
 
 
 def test_a_failed_run_does_not_stop_its_worker(tmp_path, monkeypatch):

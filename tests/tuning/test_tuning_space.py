@@ -163,3 +163,14 @@ def test_worker_seeds_differ_across_workers_and_resumes():
     seeds = {tuning.worker_seed(0, worker, existing) for worker in (0, 1, 2) for existing in (0, 3, 8)}
     assert len(seeds) == 9
     assert tuning.worker_seed(None, 1, 5) is None
+
+
+def test_local_tuning_workers_each_see_one_of_the_drivers_gpus(tmp_path, monkeypatch):
+    """Real local worker jobs (their function swapped for one that reports the variable they started with)."""
+    import os
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2")
+    monkeypatch.setattr(tuning, "TuneWorker", lambda: os.getenv)
+    jobs = tuning._submit_tuning_workers(SimpleNamespace(study_name="s"), ["CUDA_VISIBLE_DEVICES"] * 2, "local",
+                                         tmp_path, "local")
+    assert [job.result() for job in jobs] == ["1", "2"]

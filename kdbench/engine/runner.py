@@ -34,7 +34,13 @@ from kdbench.engine.preflight import preflight
 from kdbench.engine.resume import RunClock, StageClock, interrupted_status
 from kdbench.engine.run_log import StageProgress, TimedCheckpoints, run_log_file
 from kdbench.engine.setup import prepare_run
-from kdbench.engine.trainer import DistillationTrainer, ResumeLogger, stage_optimization, training_arguments
+from kdbench.engine.trainer import (
+    DistillationTrainer,
+    ResumeLogger,
+    resolved_precision,
+    stage_optimization,
+    training_arguments,
+)
 from kdbench.errors import DataError, TrainingOutOfMemoryError, is_out_of_memory
 from kdbench.fingerprint import content_digest, local_models_read
 from kdbench.loss_log import last_epoch_loss_terms
@@ -120,6 +126,8 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback], fresh: boo
         "seed": plan.config.train.seed,
         "versions": library_versions(),
         "machine": compute_environment(),
+        # where this run trained and the precision `auto` became there (bf16 on a GPU that has it, else fp32)
+        "training": {"device": str(training_device()), "precision": resolved_precision(plan.config)},
         "kdbench_revision": kdbench_revision(),
         "inputs": plan.inputs,
         # the content of every local model read (a teacher run's folder is named by its config only)

@@ -132,6 +132,19 @@ def test_a_student_from_a_kdbench_run_is_identified_by_that_run(tmp_path):
     assert plan.inputs["student"] == {"kdbench_run": "finetune-sst2-0123456789ab"}
 
 
+@pytest.mark.parametrize(("asked", "cuda", "bf16", "expected"), [
+    ("auto", False, False, "fp32"), ("auto", True, True, "bf16"), ("auto", True, False, "fp32"),
+    ("fp16", True, True, "fp16"), ("fp32", True, True, "fp32")])
+def test_auto_precision_is_bf16_on_a_gpu_that_has_it_and_fp32_elsewhere(monkeypatch, asked, cuda, bf16, expected):
+    from kdbench.engine import resolved_precision
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: bf16)
+    config = build_run_config({"method": "kd", "task": "sst2", "teacher": "t", "student": "teacher-1l",
+                               "precision": asked})
+    assert resolved_precision(config) == expected
+
+
 def test_stored_and_printed_paths_are_absolute(tiny_teacher, shared_data, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     shutil.copytree(tiny_teacher, tmp_path / "teacher")
@@ -156,6 +169,8 @@ def test_stored_and_printed_paths_are_absolute(tiny_teacher, shared_data, tmp_pa
     assert record["machine"]["torch_threads"] == torch.get_num_threads()
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     assert record["machine"]["cpu"] and record["machine"]["gpu"] == gpu
+    # and where it trained, in which precision (FAST asks for fp32)
+    assert record["training"] == {"device": "cuda:0" if torch.cuda.is_available() else "cpu", "precision": "fp32"}
 
 
 @pytest.mark.parametrize("name", ["bert-base-uncased", "teacher-3l"])

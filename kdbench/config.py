@@ -64,9 +64,9 @@ class TrainConfig:
     precision: str = constrained("auto", choices=PRECISIONS)
     save_total_limit: int = constrained(2, ge=1)
     group_by_length: bool = True
-    dataloader_workers: int = constrained(0, ge=0)
     # Speed-only options, out of the run's identity hash. They change no result, except that layers read
     # from the teacher cache are rounded to teacher_cache_dtype (a live teacher's are not): see kdbench.cache.
+    dataloader_workers: int = constrained(0, ge=0)  # processes that read and pad batches (0: the training one)
     compile: bool = False  # torch.compile the student and teacher (GPU)
     teacher_cache: bool = True  # read teacher outputs from the on-disk cache (kdbench.cache)
     # Disk allowed for the hidden states / attention maps of one stage's cache entry. 16 GiB holds TinyBERT's
@@ -105,6 +105,10 @@ class DataConfig:
 SPEED_ONLY_TRAIN_KEYS = ("compile", "teacher_cache", "teacher_cache_budget_mb", "teacher_cache_dtype", "checkpoint_minutes",
                          "keep_checkpoints",
                          "report_to")
+# Speed-only options that were part of the identity when records were first written: the identity holds
+# them at the value every such record has, so those records keep their names and any value names the
+# same run.
+IDENTITY_PINNED_TRAIN_VALUES: dict[str, Any] = {"dataloader_workers": 0}
 
 
 @dataclass
@@ -140,6 +144,7 @@ class RunConfig:
         data.pop("output")
         for name in SPEED_ONLY_TRAIN_KEYS:
             data["train"].pop(name, None)
+        data["train"].update(IDENTITY_PINNED_TRAIN_VALUES)
         return _without_none(data)
 
     def config_hash(self) -> str:

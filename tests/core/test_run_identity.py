@@ -252,3 +252,19 @@ def test_revision_outside_a_checkout_names_no_commit(tmp_path):
     from kdbench.records import kdbench_revision
 
     assert kdbench_revision(tmp_path) == {"commit": None, "dirty": None}
+
+
+def test_dataloader_workers_change_the_speed_not_the_run(tiny_teacher, shared_data, tmp_path, capsys):
+    """Batches read and padded in worker processes train the same weights (dropout included) into the
+    same run folder, which every record written before the option left the identity still names."""
+    base = ["run", "kd", "--task", "sst2", "--teacher", str(tiny_teacher), "--student", "teacher-1l",
+            "--data-dir", str(shared_data), *FAST]
+    main_process, record = _run([*base, "--output", str(tmp_path / "a")], capsys)
+    workers, record_workers = _run([*base, "--output", str(tmp_path / "b"), "train.dataloader_workers=2"], capsys)
+    assert record_workers["config"]["train"]["dataloader_workers"] == 2
+    assert workers.name == main_process.name
+    assert record_workers["weights_sha256"]["model"] == record["weights_sha256"]["model"]
+    assert record_workers["metrics"] == record["metrics"]
+    # The identity holds the value the records hashed, so their names do not move.
+    config = build_run_config({"method": "kd", "task": "sst2", "student": "s", "train.dataloader_workers": 3})
+    assert config.identity()["train"]["dataloader_workers"] == 0

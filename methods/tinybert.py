@@ -13,7 +13,8 @@ plug-in reproduces (see ``docs/fidelity.md``, section TinyBERT):
   ``projection=none`` no projection (widths must match).
 - **Prediction stage**: soft cross-entropy ``(-softmax(z_T/T)·log_softmax(z_S/T)).mean()`` (mean over
   batch AND classes, no T², T = 1); regression tasks (STS-B) use MSE against the gold score as the
-  code does; span tasks average the soft CE of start and end logits.
+  code does; span tasks, which the released code does not cover, average the soft CE of start and
+  end logits (each a mean over batch and positions).
 - Per-layer weights ``λ_m`` (``layer_weights``: one per student hidden index 0..M, i.e. embedding
   then each layer; the attention of layer m shares λ_m) and ``prediction_weight`` (λ_{M+1}); all 1
   in the paper.

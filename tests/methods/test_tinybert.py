@@ -221,6 +221,25 @@ def test_prediction_soft_ce_no_pred_hard_ce_and_regression_gold_mse():
     assert out["mse"].item() == pytest.approx(2.25)
 
 
+def test_span_prediction_averages_start_and_end_soft_ce_each_a_mean_over_positions():
+    # TinyBERT's released code has no span task; kdbench applies its soft CE (mean over batch AND
+    # the last axis, here the window's positions) to start and end logits and averages the two.
+    ctx = context(head=HeadType.SPAN)
+    student = Features(start_logits=torch.zeros(1, 4), end_logits=torch.tensor([[0.0, 0.0, 0.0, math.log(3.0)]]))
+    teacher = Features(start_logits=torch.tensor([[1.0, 2.0, 3.0, 4.0]]),
+                       end_logits=torch.tensor([[0.0, 0.0, 0.0, 100.0]]))
+    # start: the student is uniform, so −Σ p_T·log(1/4) = ln 4 whatever p_T is, then /4 positions;
+    # end: p_T is one-hot on the last position, where the student gives 3/6: ln 2, then /4.
+    start, end = math.log(4) / 4, math.log(2) / 4
+    pred = method(prediction_weight="2").stages(ctx)[-1]
+    assert pred.uses_teacher
+    assert pred.loss({}, student, teacher)["pred"].item() == pytest.approx(2 * (start + end) / 2)
+    no_pred = method(no_pred="true").stages(ctx)[-1]
+    batch = {"start_positions": torch.tensor([0]), "end_positions": torch.tensor([3])}
+    # hard CE: start uniform, ln 4; end on the position the student gives 1/2, ln 2
+    assert no_pred.loss(batch, student, None)["ce"].item() == pytest.approx((math.log(4) + math.log(2)) / 2)
+
+
 # --------------------------------------------------------------------------- errors before training
 
 

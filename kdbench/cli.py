@@ -99,12 +99,12 @@ def run_config_from_args(args: argparse.Namespace) -> Any:
     from kdbench.config import build_run_config, load_yaml, parse_overrides
 
     values: dict[str, Any] = load_yaml(args.config) if args.config else {}
-    values["method"] = args.method
-    for key in ("task", "teacher", "student", "data_dir", "output"):
-        value = getattr(args, key, None)
-        if value is not None:
-            values[key] = value
-    values.update(parse_overrides(args.overrides))
+    overrides = list(args.overrides)
+    given = {key: getattr(args, key, None) for key in ("method", "task", "teacher", "student", "data_dir", "output")}
+    if given["method"] is not None and "=" in given["method"]:  # METHOD left to --config: argparse took an override
+        overrides.insert(0, given.pop("method"))
+    values.update({key: value for key, value in given.items() if value is not None})
+    values.update(parse_overrides(overrides))
     if "output" not in values:
         values["output"] = "runs"
     return build_run_config(values)
@@ -180,9 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(handler=cmd_list)
 
     run = commands.add_parser("run", help="run one distillation (or fine-tuning) experiment")
-    run.add_argument("method", metavar="METHOD",
+    run.add_argument("method", metavar="METHOD", nargs="?",
                      help="distillation method: kd, tinybert, mobilebert, distilbert, pkd, ... (kdbench list "
-                          "methods); finetune trains --student on the task alone (also how a teacher is made)")
+                          "methods); finetune trains --student on the task alone (also how a teacher is made). "
+                          "METHOD, --task and --student may come from --config instead: a run folder's "
+                          "config.yaml runs that run again")
     _add_run_arguments(run)
     run.add_argument("--dry-run", action="store_true", help="resolve and validate the config, print it, train nothing")
     run.set_defaults(handler=cmd_run)
@@ -212,10 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", required=True,
+    parser.add_argument("--task",
                         help="GLUE task (sst2, mnli, ...), squad / squad-v2, or corpus (kdbench list tasks)")
     parser.add_argument("--teacher", help="Hub id or local folder of the (fine-tuned) teacher")
-    parser.add_argument("--student", required=True, help="preset name (kdbench list students), Hub id or folder")
+    parser.add_argument("--student", help="preset name (kdbench list students), Hub id or folder")
     parser.add_argument("--data-dir", dest="data_dir", help="data root (default: $KDBENCH_DATA_DIR, then the Hub)")
     parser.add_argument("--output", help="parent folder of run folders (default: runs)")
     parser.add_argument("--config", help="YAML config file; command-line values win")

@@ -189,6 +189,36 @@ def test_dry_run_builds_both_configs_and_the_stages(tiny_world, tmp_path, capsys
     _no_run_folder(output)
 
 
+def test_a_run_folders_config_yaml_runs_that_run_again(tiny_world, tmp_path, capsys):
+    """``kdbench run --config RUN/config.yaml`` needs no METHOD, --task or --student: the recorded
+    config names them, and it resolves to the same run folder (the same content hash)."""
+    from kdbench.cli import main
+
+    output = tmp_path / "runs"
+    assert main(tiny_world.run_args("kd", output, "seed=3")) == 0
+    run_dir = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (run_dir / "result.json").is_file()
+    assert main(["run", "--config", str(run_dir / "config.yaml"), "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip().splitlines()[-1] == str(run_dir)
+    assert json.loads(captured.out[:captured.out.rindex("}") + 1])["method"] == "kd"
+    # The command line still wins over the file: another seed is another run.
+    assert main(["run", "--config", str(run_dir / "config.yaml"), "--dry-run", "seed=4"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] != str(run_dir)
+
+
+@pytest.mark.parametrize("missing", ["method", "task", "student"])
+def test_run_without_method_task_or_student_anywhere_names_the_missing_one(missing, tiny_world, tmp_path, capsys):
+    values = {"method": "kd", "task": "sst2", "student": str(tiny_world.student),
+              "teacher": str(tiny_world.teacher), "data_dir": str(tiny_world.data_dir)}
+    del values[missing]
+    config = tmp_path / "partial.yaml"
+    config.write_text("".join(f"{key}: {value}\n" for key, value in values.items()))
+    message = cli_error(["run", "--config", config, "--output", tmp_path / "runs"], capsys, tmp_path / "runs")
+    assert message == f"{missing}: missing (give it on the command line or in the YAML file)"
+    _no_run_folder(tmp_path / "runs")
+
+
 # -- kdbench augment -------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def mlm_folder(tmp_path_factory, tiny_world) -> Path:

@@ -99,12 +99,11 @@ def run_config_from_args(args: argparse.Namespace) -> Any:
     from kdbench.config import build_run_config, load_yaml, parse_overrides
 
     values: dict[str, Any] = load_yaml(args.config) if args.config else {}
-    overrides = list(args.overrides)
-    given = {key: getattr(args, key, None) for key in ("method", "task", "teacher", "student", "data_dir", "output")}
-    if given["method"] is not None and "=" in given["method"]:  # METHOD left to --config: argparse took an override
-        overrides.insert(0, given.pop("method"))
-    values.update({key: value for key, value in given.items() if value is not None})
-    values.update(parse_overrides(overrides))
+    for key in ("method", "task", "teacher", "student", "data_dir", "output"):
+        value = getattr(args, key, None)
+        if value is not None:
+            values[key] = value
+    values.update(parse_overrides(args.overrides))
     if "output" not in values:
         values["output"] = "runs"
     return build_run_config(values)
@@ -235,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(stray or extra)}")
     if extra:
         args.overrides = list(args.overrides) + extra
+    if args.command == "run" and args.method and "=" in args.method:  # METHOD left to --config: argparse took an override
+        args.overrides = [args.method, *args.overrides]
+        args.method = None
     if not args.verbose:
         quiet_libraries()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,

@@ -92,7 +92,8 @@ class StudyPlan:
         if marks.get(MISSING):
             notes.append(f"ours: {MISSING} = not in the study: {self.not_in_study}")
         if marks.get(PARTIAL):
-            notes.append("ours: [n/N] = measured on n of the N seeds the study runs (the others are pending)")
+            notes.append("ours: [n/N] = measured on n of the N seeds the study runs (the others are pending)"
+                         + (f"; {self.pending_where}" if self.pending_where else ""))
         return notes
 
 

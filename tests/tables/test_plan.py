@@ -35,7 +35,7 @@ def test_paper_table_marks_each_empty_cell_with_its_reason(run, runs_frame):
     assert "pending = a cell the study runs that has no completed record yet (6 cell(s) in 3 row(s)); see the README" in notes
     assert "n/a = the row does not run on that task (bottom: no bottom layers on RTE in this test)" in notes
     assert "– = not in the study: MNLI is too large here" in notes
-    assert "[n/N] = measured on n of the N seeds" in notes
+    assert "[n/N] = measured on n of the N seeds the study runs (the others are pending); see the README" in notes
     assert "Avg stays –: the paper averages MNLI-m, MNLI-mm too" in notes
     assert "not reported (paper)" in notes and "not reported / not run" not in notes
 

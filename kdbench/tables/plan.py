@@ -76,11 +76,11 @@ class StudyPlan:
     def notes(self, marks: Mapping[str, Sequence[str]]) -> list[str]:
         """Footnotes for the marks a table used: ``marks[mark]`` = the row key of each cell that carries it."""
         notes = []
+        where = f"; {self.pending_where}" if self.pending_where else ""
         pending = marks.get(PENDING, ())
         if pending:
             notes.append(f"ours: {PENDING} = a cell the study runs that has no completed record yet ({len(pending)} "
-                         f"cell(s) in {len(set(pending))} row(s))"
-                         + (f"; {self.pending_where}" if self.pending_where else ""))
+                         f"cell(s) in {len(set(pending))} row(s)){where}")
         if marks.get(NOT_APPLICABLE):
             by_reason: dict[str, list[str]] = {}
             for key in sorted(set(marks[NOT_APPLICABLE])):
@@ -92,8 +92,7 @@ class StudyPlan:
         if marks.get(MISSING):
             notes.append(f"ours: {MISSING} = not in the study: {self.not_in_study}")
         if marks.get(PARTIAL):
-            notes.append("ours: [n/N] = measured on n of the N seeds the study runs (the others are pending)"
-                         + (f"; {self.pending_where}" if self.pending_where else ""))
+            notes.append(f"ours: [n/N] = measured on n of the N seeds the study runs (the others are pending){where}")
         return notes
 
 

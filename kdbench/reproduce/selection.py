@@ -78,6 +78,65 @@ def recorded_cells(runs: dict[str, Any], records: Path) -> set[str]:
     return {name for name, run in runs.items() if run.kind == "cell" and record_completed(records / run.run_dir.name)}
 
 
+@dataclass(frozen=True)
+class AwaitedRecord:
+    """A completed record a cell will find once the files it reads that are not built yet exist
+    (TinyBERT's augmented set, built after the MLM teacher trains): its run folder hashes those files'
+    digests, so until they are built the cell is matched to the record by the digests the record read."""
+
+    record: str  # the record's folder name
+    digests: tuple[tuple[str, str], ...]  # (file name, sha256 the record read) for each file not built yet
+
+    def __str__(self) -> str:
+        return ", ".join(f"{name} sha256 {digest[:12]}…" for name, digest in self.digests)
+
+
+def cells_awaiting_their_files(runs: dict[str, Any], records: Path) -> dict[str, AwaitedRecord]:
+    """The cells among ``runs`` (an expanded sweep's runs) without a completed record under their
+    planned folder name that read a data file not built yet, and whose config and other inputs are
+    those of a completed record in ``records``: cell name -> that record and the digests it read.
+
+    Rebuilt with those digests (the same stage on the same processor kind and libraries), the files
+    give the cell the record's folder name and ``--missing`` leaves it out; rebuilt with other bits,
+    the cell runs again. The match recomputes the record's folder name from the cell's own config
+    and inputs with the record's digests put in for the missing files, so a record of another seed
+    or setting never matches."""
+    import json
+
+    from kdbench.config import build_run_config
+    from kdbench.engine import plan_run
+    from kdbench.fingerprint import run_identity
+    from kdbench.records import RESULT_FILE
+    from kdbench.sweep import record_completed
+
+    found: dict[str, AwaitedRecord] = {}
+    recorded_inputs: dict[str, dict[str, Any]] = {}  # record folder name -> the inputs its record read
+    for name, run in runs.items():
+        if run.kind != "cell" or record_completed(records / run.run_dir.name):
+            continue
+        plan = plan_run(build_run_config(run.values))
+        planned_data = plan.inputs.get("data", [])
+        missing = [index for index, source in enumerate(planned_data) if isinstance(source, dict) and source.get("missing")]
+        if not missing:
+            continue
+        prefix = f"{plan.config.method}-{plan.config.task}-"
+        for folder in sorted(records.glob(f"{prefix}*")) if records.is_dir() else []:
+            if folder.name not in recorded_inputs:
+                recorded_inputs[folder.name] = (json.loads((folder / RESULT_FILE).read_text()).get("inputs") or {}
+                                                if record_completed(folder) else {})
+            recorded_data = recorded_inputs[folder.name].get("data") or []
+            if len(recorded_data) != len(planned_data) or any(
+                    Path(recorded_data[index].get("path", "")).name != Path(planned_data[index]["path"]).name
+                    or "sha256" not in recorded_data[index] for index in missing):
+                continue
+            data = [recorded_data[index] if index in missing else source for index, source in enumerate(planned_data)]
+            if prefix + run_identity(plan.config.identity(), {**plan.inputs, "data": data}) == folder.name:
+                found[name] = AwaitedRecord(folder.name, tuple((Path(recorded_data[index]["path"]).name,
+                                                                recorded_data[index]["sha256"]) for index in missing))
+                break
+    return found
+
+
 def recorded_cells_to_retrain(runs: dict[str, Any], records: Path) -> list[str]:
     """The cells among ``runs`` that have a completed record in ``records`` but no completed run folder
     here: a sweep without ``--missing`` trains them again (e.g. committed records on a new machine)."""
@@ -292,13 +351,21 @@ def write_selection(spec_path: Path, patterns: list[str], output: Path,
     if leave_out_recorded_in is not None:
         runs = expand(selected, output=output).runs
         recorded = recorded_cells(runs, leave_out_recorded_in)
-        kept = [cell for cell in selected.get("cells") or [] if cell["name"] not in recorded]
+        awaiting = cells_awaiting_their_files(runs, leave_out_recorded_in)
+        kept = [cell for cell in selected.get("cells") or [] if cell["name"] not in recorded | set(awaiting)]
         selected = {**selected, "cells": kept}
         to_do = {**_runs_to_do(runs, {cell["name"] for cell in kept}),
                  **{name: run for name, run in (also_to_train or {}).items() if not record_completed(run.run_dir)}}
         estimate = TrainingEstimate.of(to_do, leave_out_recorded_in)
-        print(f"[kdbench reproduce] --missing: {len(recorded)} of {len(kept) + len(recorded)} chosen cells have a "
-              f"completed record in {leave_out_recorded_in} and are left out; {len(kept)} to run. {estimate}",
+        left_out = len(recorded) + len(awaiting)
+        awaited = ""
+        if awaiting:
+            digests = sorted({str(match) for match in awaiting.values()})
+            awaited = (f" ({len(awaiting)} of them by the digests their records read of files not built yet: "
+                       f"{'; '.join(digests)}; built with other bits, those files give these cells other folders "
+                       f"and they run: {_first_names(sorted(awaiting))})")
+        print(f"[kdbench reproduce] --missing: {left_out} of {len(kept) + left_out} chosen cells have a completed "
+              f"record in {leave_out_recorded_in} and are left out{awaited}; {len(kept)} to run. {estimate}",
               flush=True)
         how += f", missing from {leave_out_recorded_in}"
     digest = hashlib.sha256(how.encode()).hexdigest()[:8]

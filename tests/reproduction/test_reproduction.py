@@ -854,3 +854,39 @@ def test_mrpc_da_cells_cache_the_teacher_layers_without_changing_their_identity(
     with_budget = build_run_config({**keys, "train.teacher_cache_budget_mb": mrpc["train.teacher_cache_budget_mb"]})
     assert with_budget.train.teacher_cache_budget_mb == 40960
     assert with_budget.config_hash() == build_run_config(keys).config_hash()
+
+
+def test_da_cells_find_their_records_by_the_digest_of_an_augmented_set_not_built_yet(tmp_path, shared_data,
+                                                                                    monkeypatch, capsys):
+    """On a fresh machine a DA cell's augmented set is built only after the MLM teacher trains, and
+    the cell's folder hashes the set: until then ``--missing`` (and its dry run) matches the cell to its
+    committed record by the digest that record read, seed for seed (table 1's TinyBERT4 on STS-B, seeds
+    1-3 recorded), instead of planning every seed again. A set built with other bits matches nothing."""
+    from kdbench.reproduce import build_prerequisites, cells_awaiting_their_files, recorded_cells, write_selection
+    from kdbench.sweep import expand, load_spec
+
+    monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
+    monkeypatch.chdir(tmp_path)
+    output, records = Path("runs/reproduction"), records_folder("cross-method")
+    spec_path = SPEC_FOLDER / "cross-method.yaml"
+    run_spec = write_selection(spec_path, ["tinybert4-stsb-s*"], output)
+    assert build_prerequisites("cross-method", run_spec, output, [], dry_run=True) == 0  # the corpus, not the set
+    runs = expand(load_spec(run_spec), output=output).runs
+    assert recorded_cells(runs, records) == set()
+
+    awaiting = cells_awaiting_their_files(runs, records)
+    assert sorted(awaiting) == ["tinybert4-stsb-s1", "tinybert4-stsb-s2", "tinybert4-stsb-s3"]
+    assert awaiting["tinybert4-stsb-s2"].record == "tinybert-stsb-894ff519659f"
+    assert {match.digests for match in awaiting.values()} == \
+        {(("stsb-x4.tsv", "96897d6da16648f852fd2812413ae85a54914d1078c4c2253612da75e1a641ea"),)}
+    capsys.readouterr()
+    selected = load_spec(write_selection(spec_path, ["tinybert4-stsb-s*"], output, leave_out_recorded_in=records))
+    assert [cell["name"] for cell in selected["cells"]] == ["tinybert4-stsb-s4", "tinybert4-stsb-s5"]
+    said = capsys.readouterr().out
+    assert "3 of 5 chosen cells have a completed record" in said and "stsb-x4.tsv sha256 96897d6da166…" in said
+
+    augmented = Path(runs["tinybert4-stsb-s1"].values["train_file"])
+    augmented.parent.mkdir(parents=True, exist_ok=True)
+    augmented.write_text("sentence1\tsentence2\tscore\nanother machine\tother bits\t2.5\n")
+    rebuilt = expand(load_spec(run_spec), output=output).runs
+    assert recorded_cells(rebuilt, records) == set() and cells_awaiting_their_files(rebuilt, records) == {}

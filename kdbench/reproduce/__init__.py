@@ -30,12 +30,12 @@ from kdbench.reproduce.study import (CORPUS, GD_TD_LABEL, GENERAL_DISTILLATION, 
                                      write_spec)
 
 __all__ = [
-    "AwaitedRecord", "CORPUS", "GD_TD_LABEL", "GENERAL_DISTILLATION", "GLUE_CORPUS", "GLUE_TASKS", "MINI",
-    "MLM_TEACHER", "MiniScale", "NARROW_STUDENT", "OUTPUT", "PAPER_TABLES", "PKT_LABEL", "Prerequisite",
-    "PrerequisiteKind", "RECORD_FILES", "Row", "SPEC_FOLDER", "TABLE_CLAIMS", "TABLE_ROWS", "TABLE_TASKS",
-    "TEACHER_MODEL", "TEACHER_STAGE", "TaskScale", "TrainingEstimate", "WIDE_STUDENT", "add_command",
-    "augmented_path", "build_prerequisites", "build_spec", "cells_awaiting_their_files", "cmd_reproduce",
-    "compute_summary", "export_records", "paper_metrics", "plot", "prerequisites", "recorded_cells",
-    "recorded_cells_to_retrain", "records_folder", "render", "render_claims", "select_runs", "stage_role_name",
-    "stages_retrained_elsewhere", "study_plan", "table_tasks", "teacher_stage", "write_selection", "write_spec",
+    "CORPUS", "GD_TD_LABEL", "GENERAL_DISTILLATION", "GLUE_CORPUS", "GLUE_TASKS", "MINI", "MLM_TEACHER",
+    "NARROW_STUDENT", "OUTPUT", "PAPER_TABLES", "PKT_LABEL", "RECORD_FILES", "SPEC_FOLDER", "TABLE_CLAIMS",
+    "TABLE_ROWS", "TABLE_TASKS", "TEACHER_MODEL", "TEACHER_STAGE", "WIDE_STUDENT", "AwaitedRecord", "MiniScale",
+    "Prerequisite", "PrerequisiteKind", "Row", "TaskScale", "TrainingEstimate", "add_command", "augmented_path",
+    "build_prerequisites", "build_spec", "cells_awaiting_their_files", "cmd_reproduce", "compute_summary",
+    "export_records", "paper_metrics", "plot", "prerequisites", "recorded_cells", "recorded_cells_to_retrain",
+    "records_folder", "render", "render_claims", "select_runs", "stage_role_name", "stages_retrained_elsewhere",
+    "study_plan", "table_tasks", "teacher_stage", "write_selection", "write_spec",
 ]

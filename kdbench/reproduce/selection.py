@@ -116,7 +116,8 @@ def cells_awaiting_their_files(runs: dict[str, Any], records: Path) -> dict[str,
             continue
         plan = plan_run(build_run_config(run.values))
         planned_data = plan.inputs.get("data", [])
-        missing = [index for index, source in enumerate(planned_data) if isinstance(source, dict) and source.get("missing")]
+        missing = [index for index, source in enumerate(planned_data)
+                   if isinstance(source, dict) and source.get("missing")]
         if not missing:
             continue
         prefix = f"{plan.config.method}-{plan.config.task}-"

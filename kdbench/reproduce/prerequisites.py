@@ -181,7 +181,8 @@ def build_prerequisites(table: str, spec_path: Path, output: Path, sweep_options
         if prerequisite.after_stage is not None and stage_model is None:
             if dry_run:
                 print(f"[kdbench reproduce] {files}: to build after stage {prerequisite.after_stage} "
-                      f"({prerequisite.description}); the folders of runs reading it change once it exists",
+                      f"({prerequisite.description}); the folders of runs reading it hash it, so until it "
+                      "exists --missing finds their records by the digest those records read",
                       flush=True)
                 continue
             if before_training is not None:

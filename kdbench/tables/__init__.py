@@ -66,8 +66,11 @@ over seeds, shown as ``mean ± std`` (sample std) when more than one seed ran. A
 ``–``, never 0; given the :class:`~kdbench.tables.plan.StudyPlan` of the study the runs belong to
 (``kdbench reproduce`` passes one), an empty measured cell says why it is empty instead: ``pending``,
 ``n/a`` or ``–`` (not in the study), each explained in a footnote, and a cell measured on fewer seeds
-than planned shows ``[n/N]``. A measured average uses the same ``over`` columns as the paper and
-exists only when every one of them was measured.
+than planned shows ``[n/N]``. A cell whose seeds read different weights of a model they share (a
+teacher or initial student trained again on another processor or library, by the records'
+``weights_sha256``) is marked ``‡`` and named in a footnote with the digests: its mean mixes two
+setups. A measured average uses the same ``over`` columns as the paper and exists only when every
+one of them was measured.
 
 Average conventions (checked by the tests):
 TinyBERT v5 Table 1 -- mean of the 9 printed test columns (MNLI-m and -mm both, QQP F1, STS-B

@@ -19,7 +19,9 @@ from kdbench.tables.specs import (MAIN_METRICS, ColumnSpec, CrossMethodSpec, Pap
                                   load_spec)
 
 UNCERTAIN_MARK = "†"
+MIXED_WEIGHTS_MARK = "‡"
 REFERENCE = "ref"  # the row a difference column (``average.relative_to``) is measured from
+SHARED_INPUT_ROLES = ("teacher", "student")  # the models every seed of a cell reads (``weights_sha256`` keys)
 
 
 @dataclass(frozen=True)
@@ -254,6 +256,7 @@ def _build_paper_table(spec: TableSpec, runs, measurer: Measurer, plan: StudyPla
     table = Table(spec.name, spec.title, ["Model", "Source", *headers], [])
     partial: dict[str, list[str]] = {}  # row -> the columns its measured difference averages, when not all
     marks = MarkLog(plan) if plan else None
+    mixed = MixedWeightsLog()
     for row in spec.rows:
         if row.model is not None:
             cells = [_published_text(published_cell(spec, row, c.task, c.metric)) for c in spec.columns]
@@ -266,8 +269,11 @@ def _build_paper_table(spec: TableSpec, runs, measurer: Measurer, plan: StudyPla
             task = _column_task(col)
             if measured is not None:
                 table.measured[(row.display, col.header)] = measured
+                behind = [runs.loc[i] for i in by_row.get(row.key, [])
+                          if _column_value(runs.loc[i], col, measurer) is not None]
                 cells.append(measured.format(col.decimals) + (marks.measured(row.key, task, measured.n)
-                                                             if marks and task else ""))
+                                                             if marks and task else "")
+                             + mixed.mark(f"{row.display} / {col.header}", behind))
             else:
                 cells.append(marks.empty(row.key, task) if marks and task else MISSING)
         if spec.average and spec.average.relative_to == row.key:
@@ -281,6 +287,7 @@ def _build_paper_table(spec: TableSpec, runs, measurer: Measurer, plan: StudyPla
             cells.append(average.format(1, signed=spec.average.relative_to is not None) if average else MISSING)
         table.rows.append([row.display, "ours", *cells])
     table.notes.extend(_notes(spec, runs, unmatched, planned=plan is not None))
+    table.notes.extend(mixed.notes())
     if marks:
         table.notes.extend(marks.notes())
         table.notes.extend(_average_out_of_plan(spec, marks.plan))
@@ -299,14 +306,18 @@ def _row_per_seed(spec: TableSpec, row_runs: Sequence[Mapping[str, Any]], measur
     for col in spec.columns:
         pairs: list[tuple[Any, float]] = []
         for run in row_runs:
-            if col.measure:
-                value = measurer.of_run(run).get(col.measure)
-            else:
-                value = _run_metric(run, col.run) if col.run else None
+            value = _column_value(run, col, measurer)
             if value is not None:
                 pairs.append((run.get("seed"), value))
         out[col.header] = CellSeeds.of(pairs)
     return out
+
+
+def _column_value(run: Mapping[str, Any], col: ColumnSpec, measurer: Measurer) -> float | None:
+    """``run``'s value in column ``col``: a measure of its model, or its dev metric."""
+    if col.measure:
+        return measurer.of_run(run).get(col.measure)
+    return _run_metric(run, col.run) if col.run else None
 
 
 def _measured_average(spec: TableSpec, row: RowSpec,
@@ -351,6 +362,47 @@ def _difference_note(spec: TableSpec, partial: Mapping[str, list[str]]) -> str:
         note += ("; where ours covers fewer columns than the paper's average, it covers only: "
                  + "; ".join(f"{row}: {', '.join(columns)}" for row, columns in partial.items()))
     return note
+
+
+def weights_read(runs: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:
+    """Role (teacher, initial student) -> the digests of the weights ``runs`` read in that role, from
+    their records' ``weights_sha256`` (records that predate it contribute nothing)."""
+    found: dict[str, set[str]] = {}
+    for run in runs:
+        digests = run.get("weights_sha256")
+        if not isinstance(digests, Mapping):
+            continue
+        for role in SHARED_INPUT_ROLES:
+            if isinstance(digests.get(role), str):
+                found.setdefault(role, set()).add(digests[role])
+    return found
+
+
+class MixedWeightsLog:
+    """The cells whose seeds read more than one version of a model they share: a teacher or an initial
+    student (a corpus stage) trained again on another processor or library writes other weights, and
+    a cell mixing them averages runs of two different setups. Such a cell gets ``MIXED_WEIGHTS_MARK``
+    and a footnote naming the cell and the digests; its mean is still shown."""
+
+    def __init__(self) -> None:
+        self._cells: list[str] = []
+
+    def mark(self, cell: str, runs: Iterable[Mapping[str, Any]]) -> str:
+        """`` ‡`` (noted) when ``runs``, the runs behind ``cell``, read several weights in one role; else ""."""
+        mixed = {role: digests for role, digests in weights_read(runs).items() if len(digests) > 1}
+        if not mixed:
+            return ""
+        read = "; ".join(f"{len(digests)} {role} weights ({', '.join(d[:12] + '…' for d in sorted(digests))})"
+                         for role, digests in sorted(mixed.items()))
+        self._cells.append(f"{cell}: {read}")
+        return f" {MIXED_WEIGHTS_MARK}"
+
+    def notes(self) -> list[str]:
+        if not self._cells:
+            return []
+        return [f"{MIXED_WEIGHTS_MARK} = the cell's seeds read different weights of a model they share (a teacher or "
+                "initial student trained again on another processor or library; records' weights_sha256): its mean "
+                "mixes two setups: " + "; ".join(self._cells)]
 
 
 def _note_selection(table: Table) -> None:
@@ -474,6 +526,7 @@ def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer, plan: S
               "Speed-up"]
     table = Table(spec.name, spec.title, header, [], label_columns=3)
     marks = MarkLog(plan) if plan else None
+    mixed = MixedWeightsLog()
     groups: dict[tuple[str, str, str, str], list[int]] = {}
     plan_keys: dict[tuple[str, str, str, str], str] = {}  # group -> its row's key in the plan
     for index, run in completed.iterrows():
@@ -496,12 +549,13 @@ def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer, plan: S
         for task in tasks:
             metric = MAIN_METRICS[task][1]
             alternatives = [("mnli", "acc_mm"), ("mnli-mm", "acc_mm")] if task == "mnli-mm" else [(task, metric)]
-            pairs = [(runs.loc[i].get("seed"), _run_metric(runs.loc[i], alternatives)) for i in indices]
-            m = aggregate([(s, v) for s, v in pairs if v is not None])
+            scored = [i for i in indices if _run_metric(runs.loc[i], alternatives) is not None]
+            m = aggregate([(runs.loc[i].get("seed"), _run_metric(runs.loc[i], alternatives)) for i in scored])
             if m is not None:
                 means[MAIN_METRICS[task][0]] = m
                 table.measured[((display, student, teacher), MAIN_METRICS[task][0])] = m
-                cells.append(m.format(1) + (marks.measured(plan_key, task, m.n) if marks else ""))
+                cells.append(m.format(1) + (marks.measured(plan_key, task, m.n) if marks else "")
+                             + mixed.mark(f"{display} / {MAIN_METRICS[task][0]}", (runs.loc[i] for i in scored)))
             else:
                 cells.append(marks.empty(plan_key, task) if marks else MISSING)
         if avg_over and all(h in means for h in avg_over):
@@ -529,6 +583,7 @@ def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer, plan: S
         f"only when all were run" + ("" if plan else f"; {MISSING} = not run"))
     table.notes.append(f"Params/FLOPs: kdbench.measure at sequence length {spec.seq_len}; Speed-up: measured "
                        "throughput ratio vs the run's teacher at batch 32 on this machine (only with --latency)")
+    table.notes += mixed.notes()
     if marks:
         table.notes += marks.notes()
     if len(runs):

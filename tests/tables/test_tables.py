@@ -444,3 +444,37 @@ def test_a_teacher_record_is_named_as_the_stage_it_is_not_as_a_stray_run(tmp_pat
     notes = build_table("pkd-table2", runs).notes
     assert "1 stage run(s) that this table's cells read, not rows of it: teacher: finetune/rte/minilm-l6" in notes
     assert "1 completed run(s) match no row of this table: kd/sst2/teacher-3l" in notes
+
+
+def test_a_cell_whose_seeds_read_different_teacher_weights_is_marked_and_named(run, runs_frame):
+    """A teacher retrained on another processor writes other weights (the study's STS-B teacher: three
+    kinds, three digests); a cell averaging seeds that read two of them mixes two setups, so it is
+    marked and the footnote names the cell and both digests. Seeds reading one teacher, or records
+    without weights_sha256, are not marked; the mean is the same either way."""
+    def seeds(teachers: list[str | None], **fields) -> list[dict]:
+        rows = []
+        for seed, teacher in enumerate(teachers, start=1):
+            row = run("tinybert", "stsb", {"spearman": 38.0 + seed}, seed=seed, label="tinybert4", **fields)
+            row["weights_sha256"] = {"teacher": teacher, "model": f"{seed:064x}"} if teacher else None
+            rows.append(row)
+        return rows
+
+    intel, amd = "a974c46ad30f" + "0" * 52, "43607bbbe6f5" + "1" * 52
+    mixed = build_table("cross-method", runs_frame(*seeds([amd, amd, intel])))
+    cell = next(r for r in mixed.rows if r[0] == "tinybert [tinybert4]")[3]
+    assert cell == "40.0 ± 1.0 ‡"
+    note = next(n for n in mixed.notes if n.startswith("‡"))
+    assert "tinybert [tinybert4] / STS-B: 2 teacher weights (43607bbbe6f5…, a974c46ad30f…)" in note
+
+    for teachers in ([amd, amd, amd], [None, None, None]):
+        same = build_table("cross-method", runs_frame(*seeds(teachers)))
+        assert next(r for r in same.rows if r[0] == "tinybert [tinybert4]")[3] == "40.0 ± 1.0"
+        assert not any(n.startswith("‡") for n in same.notes)
+
+    full = dict(mapping="uniform", no_embd=False, no_attn=False, no_hidn=False, no_trm=False, no_pred=False)
+    paper = runs_frame(*[{**row, "task": "cola", "metric.mcc": row["metric.spearman"], "label": None,
+                          "config": {**row["config"], "task": "cola", "method_params": full}}
+                         for row in seeds([amd, intel, intel])])
+    table = build_table("tinybert-v5-table3", paper)
+    assert _cell(table, "TinyBERT4", "CoLA") == "40.0 ± 1.0 ‡"
+    assert any("TinyBERT4 / CoLA: 2 teacher weights" in n for n in table.notes)

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 HOLDS, REVERSED, WITHIN_NOISE, ONE_SEED, NOT_RUN = "holds", "reversed", "within noise", "one seed", "not run"
 NO_SIGNAL = "no signal"
 TEACHERS_DIFFER = "teachers differ"
+READ_WEIGHT_ROLES = ("teacher", "student")  # the ``weights_sha256`` keys of models a run reads, not writes
 
 # The verdicts in one paragraph, printed under every claims table.
 VERDICT_LEGEND = (
@@ -133,6 +134,20 @@ def scores_by_row(records: Any, metrics: Mapping[str, str] | None = None) -> dic
     return scores
 
 
+def weights_read(runs: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:
+    """Role (``teacher``, ``student``: the initial student) -> the digests of the weights ``runs`` read
+    in that role, from their records' ``weights_sha256`` (records that predate it contribute nothing)."""
+    found: dict[str, set[str]] = {}
+    for run in runs:
+        digests = run.get("weights_sha256")
+        if not isinstance(digests, Mapping):
+            continue
+        for role in READ_WEIGHT_ROLES:
+            if isinstance(digests.get(role), str) and digests[role]:
+                found.setdefault(role, set()).add(digests[role])
+    return found
+
+
 def teacher_weights_by_row(records: Any) -> dict[tuple[str, str], set[str]]:
     """``{(row label, task): {teacher weights digest}}`` of the completed runs that recorded one
     (records written before ``weights_sha256`` existed contribute nothing)."""
@@ -140,11 +155,11 @@ def teacher_weights_by_row(records: Any) -> dict[tuple[str, str], set[str]]:
     if records is None or len(records) == 0 or "weights_sha256" not in records.columns:
         return found
     for _, run in records.iterrows():
-        digests, label = run.get("weights_sha256"), run.get("label")
-        if run.get("status") != "completed" or not isinstance(label, str) or not isinstance(digests, dict):
+        label = run.get("label")
+        if run.get("status") != "completed" or not isinstance(label, str):
             continue
-        if digests.get("teacher"):
-            found.setdefault((label, run["task"]), set()).add(digests["teacher"])
+        for digest in weights_read([run]).get("teacher", ()):
+            found.setdefault((label, run["task"]), set()).add(digest)
     return found
 
 

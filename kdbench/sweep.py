@@ -35,7 +35,7 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import submitit
 import yaml
@@ -43,6 +43,9 @@ import yaml
 from kdbench.config import ConfigError, from_mapping
 from kdbench.constraints import constrained
 from kdbench.records import RESULT_FILE, write_json_atomic
+
+if TYPE_CHECKING:
+    from kdbench.engine.planning import RunPlan
 
 log = logging.getLogger("kdbench.sweep")
 
@@ -77,6 +80,7 @@ class SweepRun:
     run_dir: Path = field(default_factory=Path)
     level: int = 0
     stage: str | None = None  # a stage instance: the spec's stage name, its role (e.g. finetune-teacher)
+    plan: RunPlan | None = field(default=None, repr=False)  # set when planned; its identity names run_dir
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "stage": self.stage, "run_dir": str(self.run_dir),
@@ -233,7 +237,7 @@ class _Resolver:
             plan = plan_run(build_run_config(run.values))
         except ConfigError as error:
             raise SweepError(f"{run.kind} {run.name}: {error}") from None
-        run.run_dir = plan.run_dir
+        run.plan, run.run_dir = plan, plan.run_dir
         run.level = 1 + max((self.runs[d].level for d in run.depends_on), default=-1)
         self.runs[run.name] = run
         return run

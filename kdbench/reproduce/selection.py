@@ -101,10 +101,6 @@ def cells_awaiting_their_files(runs: dict[str, Any], records: Path) -> dict[str,
     the cell runs again. The match recomputes the record's folder name from the cell's own config
     and inputs with the record's digests put in for the missing files, so a record of another seed
     or setting never matches."""
-    import json
-
-    from kdbench.config import build_run_config
-    from kdbench.engine import plan_run
     from kdbench.fingerprint import run_identity
     from kdbench.records import RESULT_FILE
     from kdbench.sweep import record_completed
@@ -112,9 +108,9 @@ def cells_awaiting_their_files(runs: dict[str, Any], records: Path) -> dict[str,
     found: dict[str, AwaitedRecord] = {}
     recorded_inputs: dict[str, dict[str, Any]] = {}  # record folder name -> the inputs its record read
     for name, run in runs.items():
-        if run.kind != "cell" or record_completed(records / run.run_dir.name):
+        if run.kind != "cell" or run.plan is None or record_completed(records / run.run_dir.name):
             continue
-        plan = plan_run(build_run_config(run.values))
+        plan = run.plan
         planned_data = plan.inputs.get("data", [])
         missing = [index for index, source in enumerate(planned_data)
                    if isinstance(source, dict) and source.get("missing")]
@@ -123,8 +119,7 @@ def cells_awaiting_their_files(runs: dict[str, Any], records: Path) -> dict[str,
         prefix = f"{plan.config.method}-{plan.config.task}-"
         for folder in sorted(records.glob(f"{prefix}*")) if records.is_dir() else []:
             if folder.name not in recorded_inputs:
-                recorded_inputs[folder.name] = (json.loads((folder / RESULT_FILE).read_text()).get("inputs") or {}
-                                                if record_completed(folder) else {})
+                recorded_inputs[folder.name] = _completed_record_inputs(folder / RESULT_FILE)
             recorded_data = recorded_inputs[folder.name].get("data") or []
             if len(recorded_data) != len(planned_data) or any(
                     Path(recorded_data[index].get("path", "")).name != Path(planned_data[index]["path"]).name
@@ -136,6 +131,17 @@ def cells_awaiting_their_files(runs: dict[str, Any], records: Path) -> dict[str,
                                                                 recorded_data[index]["sha256"]) for index in missing))
                 break
     return found
+
+
+def _completed_record_inputs(path: Path) -> dict[str, Any]:
+    """The ``inputs`` of the record at ``path`` if it is completed, else (or unreadable) ``{}``."""
+    import json
+
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return (record.get("inputs") or {}) if record.get("status") == "completed" else {}
 
 
 def recorded_cells_to_retrain(runs: dict[str, Any], records: Path) -> list[str]:
@@ -353,12 +359,13 @@ def write_selection(spec_path: Path, patterns: list[str], output: Path,
         runs = expand(selected, output=output).runs
         recorded = recorded_cells(runs, leave_out_recorded_in)
         awaiting = cells_awaiting_their_files(runs, leave_out_recorded_in)
-        kept = [cell for cell in selected.get("cells") or [] if cell["name"] not in recorded | set(awaiting)]
+        left_out_names = recorded | set(awaiting)
+        kept = [cell for cell in selected.get("cells") or [] if cell["name"] not in left_out_names]
         selected = {**selected, "cells": kept}
         to_do = {**_runs_to_do(runs, {cell["name"] for cell in kept}),
                  **{name: run for name, run in (also_to_train or {}).items() if not record_completed(run.run_dir)}}
         estimate = TrainingEstimate.of(to_do, leave_out_recorded_in)
-        left_out = len(recorded) + len(awaiting)
+        left_out = len(left_out_names)
         awaited = ""
         if awaiting:
             digests = sorted({str(match) for match in awaiting.values()})

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kdbench.claims import weights_read
 from kdbench.evaluations import describe_rules, reselect
 from kdbench.tables.matching import assign_rows, canonical_method, normalise
 from kdbench.tables.plan import MISSING, MarkLog, StudyPlan
@@ -21,7 +22,6 @@ from kdbench.tables.specs import (MAIN_METRICS, ColumnSpec, CrossMethodSpec, Pap
 UNCERTAIN_MARK = "†"
 MIXED_WEIGHTS_MARK = "‡"
 REFERENCE = "ref"  # the row a difference column (``average.relative_to``) is measured from
-SHARED_INPUT_ROLES = ("teacher", "student")  # the models every seed of a cell reads (``weights_sha256`` keys)
 
 
 @dataclass(frozen=True)
@@ -250,8 +250,10 @@ def _build_paper_table(spec: TableSpec, runs, measurer: Measurer, plan: StudyPla
     rules = spec.evaluation_rules()
     if rules:
         runs = reselect(runs, rules, only=sorted({i for indices in by_row.values() for i in indices}))
-    per_seed = {row.key: _row_per_seed(spec, [runs.loc[i] for i in by_row.get(row.key, [])], measurer)
+    gathered = {row.key: _row_per_seed(spec, [runs.loc[i] for i in by_row.get(row.key, [])], measurer)
                 for row in spec.rows}
+    per_seed = {key: seeds for key, (seeds, _) in gathered.items()}
+    behind = {key: scored for key, (_, scored) in gathered.items()}
     headers = [c.header for c in spec.columns] + ([spec.average.header] if spec.average else [])
     table = Table(spec.name, spec.title, ["Model", "Source", *headers], [])
     partial: dict[str, list[str]] = {}  # row -> the columns its measured difference averages, when not all
@@ -269,11 +271,9 @@ def _build_paper_table(spec: TableSpec, runs, measurer: Measurer, plan: StudyPla
             task = _column_task(col)
             if measured is not None:
                 table.measured[(row.display, col.header)] = measured
-                behind = [runs.loc[i] for i in by_row.get(row.key, [])
-                          if _column_value(runs.loc[i], col, measurer) is not None]
                 cells.append(measured.format(col.decimals) + (marks.measured(row.key, task, measured.n)
                                                              if marks and task else "")
-                             + mixed.mark(f"{row.display} / {col.header}", behind))
+                             + mixed.mark(f"{row.display} / {col.header}", behind[row.key][col.header]))
             else:
                 cells.append(marks.empty(row.key, task) if marks and task else MISSING)
         if spec.average and spec.average.relative_to == row.key:
@@ -300,24 +300,23 @@ def _build_paper_table(spec: TableSpec, runs, measurer: Measurer, plan: StudyPla
     return table
 
 
-def _row_per_seed(spec: TableSpec, row_runs: Sequence[Mapping[str, Any]], measurer: Measurer) -> dict[str, CellSeeds]:
-    """Column header -> the row's best value per seed in that column."""
-    out = {}
+def _row_per_seed(spec: TableSpec, row_runs: Sequence[Mapping[str, Any]],
+                  measurer: Measurer) -> tuple[dict[str, CellSeeds], dict[str, list[Mapping[str, Any]]]]:
+    """Column header -> the row's best value per seed in that column, and -> the runs with a value there."""
+    seeds, scored = {}, {}
     for col in spec.columns:
         pairs: list[tuple[Any, float]] = []
+        scored[col.header] = []
         for run in row_runs:
-            value = _column_value(run, col, measurer)
+            if col.measure:
+                value = measurer.of_run(run).get(col.measure)
+            else:
+                value = _run_metric(run, col.run) if col.run else None
             if value is not None:
                 pairs.append((run.get("seed"), value))
-        out[col.header] = CellSeeds.of(pairs)
-    return out
-
-
-def _column_value(run: Mapping[str, Any], col: ColumnSpec, measurer: Measurer) -> float | None:
-    """``run``'s value in column ``col``: a measure of its model, or its dev metric."""
-    if col.measure:
-        return measurer.of_run(run).get(col.measure)
-    return _run_metric(run, col.run) if col.run else None
+                scored[col.header].append(run)
+        seeds[col.header] = CellSeeds.of(pairs)
+    return seeds, scored
 
 
 def _measured_average(spec: TableSpec, row: RowSpec,
@@ -362,20 +361,6 @@ def _difference_note(spec: TableSpec, partial: Mapping[str, list[str]]) -> str:
         note += ("; where ours covers fewer columns than the paper's average, it covers only: "
                  + "; ".join(f"{row}: {', '.join(columns)}" for row, columns in partial.items()))
     return note
-
-
-def weights_read(runs: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:
-    """Role (teacher, initial student) -> the digests of the weights ``runs`` read in that role, from
-    their records' ``weights_sha256`` (records that predate it contribute nothing)."""
-    found: dict[str, set[str]] = {}
-    for run in runs:
-        digests = run.get("weights_sha256")
-        if not isinstance(digests, Mapping):
-            continue
-        for role in SHARED_INPUT_ROLES:
-            if isinstance(digests.get(role), str):
-                found.setdefault(role, set()).add(digests[role])
-    return found
 
 
 class MixedWeightsLog:
@@ -549,8 +534,9 @@ def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer, plan: S
         for task in tasks:
             metric = MAIN_METRICS[task][1]
             alternatives = [("mnli", "acc_mm"), ("mnli-mm", "acc_mm")] if task == "mnli-mm" else [(task, metric)]
-            scored = [i for i in indices if _run_metric(runs.loc[i], alternatives) is not None]
-            m = aggregate([(runs.loc[i].get("seed"), _run_metric(runs.loc[i], alternatives)) for i in scored])
+            values = {i: _run_metric(runs.loc[i], alternatives) for i in indices}
+            scored = [i for i, value in values.items() if value is not None]
+            m = aggregate([(runs.loc[i].get("seed"), values[i]) for i in scored])
             if m is not None:
                 means[MAIN_METRICS[task][0]] = m
                 table.measured[((display, student, teacher), MAIN_METRICS[task][0])] = m

@@ -163,15 +163,28 @@ def teacher_weights_by_row(records: Any) -> dict[tuple[str, str], set[str]]:
     return found
 
 
-def claims_table(claims: Sequence[Claim], records: Any, tasks: Sequence[str],
-                 applies: Callable[[Claim, str], bool] | None = None,
-                 metrics: Mapping[str, str] | None = None) -> str:
-    """Markdown: one line per claim and task, with both rows' mean ± std and the paired verdict on
-    the task's :func:`claim_metric` (``metrics``: task -> the paper's metric where it is not the main
-    one); ``applies(claim, task)`` leaves out the tasks a claim's rows do not run on (default: none)."""
+@dataclass(frozen=True)
+class ClaimResult:
+    """One claim tested on one task: both rows' seed scores, their paired difference and the verdict."""
+
+    claim: Claim
+    task: str
+    metric: str
+    better: Mapping[Any, float]
+    worse: Mapping[Any, float]
+    difference: PairedDifference
+    verdict: str
+
+
+def claim_results(claims: Sequence[Claim], records: Any, tasks: Sequence[str],
+                  applies: Callable[[Claim, str], bool] | None = None,
+                  metrics: Mapping[str, str] | None = None) -> list[ClaimResult]:
+    """Each claim on each task, in that order, on the task's :func:`claim_metric` (``metrics``: task
+    -> the paper's metric where it is not the main one); ``applies(claim, task)`` leaves out the tasks
+    a claim's rows do not run on (default: none). Rows whose runs read more than one teacher's weights
+    get ``teachers differ`` instead of a verdict."""
     scores, teachers = scores_by_row(records, metrics), teacher_weights_by_row(records)
-    lines = ["| paper | claim | task | metric | better row | worse row | difference (paired) | verdict |",
-             "|---|---|---|---|---|---|---|---|"]
+    results = []
     for claim in claims:
         for task in tasks:
             if applies is not None and not applies(claim, task):
@@ -180,9 +193,27 @@ def claims_table(claims: Sequence[Claim], records: Any, tasks: Sequence[str],
             difference = PairedDifference.of(better, worse)
             read = teachers.get((claim.better, task), set()) | teachers.get((claim.worse, task), set())
             verdict = TEACHERS_DIFFER if len(read) > 1 and difference.n > 0 else difference.verdict
-            lines.append(f"| {claim.paper} | {claim.statement} | {task} | {claim_metric(task, metrics)} | "
-                         f"{claim.better} {_mean_std(better)} | "
-                         f"{claim.worse} {_mean_std(worse)} | {_difference(difference)} | {verdict} |")
+            results.append(ClaimResult(claim, task, claim_metric(task, metrics), better, worse, difference, verdict))
+    return results
+
+
+def claims_table(claims: Sequence[Claim], records: Any, tasks: Sequence[str],
+                 applies: Callable[[Claim, str], bool] | None = None,
+                 metrics: Mapping[str, str] | None = None) -> str:
+    """Markdown: one line per claim and task (see :func:`claim_results`), with both rows' mean ± std
+    and the paired verdict."""
+    return format_claims(claim_results(claims, records, tasks, applies, metrics))
+
+
+def format_claims(results: Sequence[ClaimResult]) -> str:
+    """Markdown: one line per :class:`ClaimResult`."""
+    lines = ["| paper | claim | task | metric | better row | worse row | difference (paired) | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
+    for result in results:
+        claim = result.claim
+        lines.append(f"| {claim.paper} | {claim.statement} | {result.task} | {result.metric} | "
+                     f"{claim.better} {_mean_std(result.better)} | "
+                     f"{claim.worse} {_mean_std(result.worse)} | {_difference(result.difference)} | {result.verdict} |")
     return "\n".join(lines)
 
 

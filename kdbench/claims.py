@@ -217,6 +217,18 @@ def format_claims(results: Sequence[ClaimResult]) -> str:
     return "\n".join(lines)
 
 
+def format_comparison(results: Sequence[ClaimResult]) -> str:
+    """Markdown: one line per task of one claim (``kdbench compare``), the rows named in the header."""
+    if not results:
+        return "(nothing compared)"
+    claim = results[0].claim
+    lines = [f"| task | metric | {claim.better} | {claim.worse} | difference (paired) | verdict |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r.task} | {r.metric} | {_mean_std(r.better)} | {_mean_std(r.worse)} | {_difference(r.difference)} | "
+              f"{r.verdict} |" for r in results]
+    return "\n".join(lines)
+
+
 def _mean_std(values: Mapping[Any, float]) -> str:
     if not values:
         return "(not run)"

@@ -27,6 +27,7 @@ EXIT_FAILED = 1
 # module level, so ``kdbench --help`` and ``kdbench list`` stay fast.
 COMMAND_MODULES: tuple[str, ...] = (
     "kdbench.tables",
+    "kdbench.compare",
     "kdbench.measure",
     "kdbench.plots",
     "kdbench.tasks.corpus",

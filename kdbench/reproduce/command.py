@@ -104,7 +104,10 @@ def add_command(subparsers: Any) -> None:
                                          f"turn, table 1 first, then the overview of their verdicts ({OVERVIEW_FILE})")
     reproduce.add_argument("--executor", default="local", help="debug | local | slurm (default local)")
     reproduce.add_argument("--profile", help="cluster profile for --executor slurm")
-    reproduce.add_argument("--output", default=OUTPUT, help=f"runs folder (default {OUTPUT})")
+    reproduce.add_argument("--output", default=OUTPUT,
+                           help=f"runs folder (default {OUTPUT}); the files the specs read (the corpus, the SQuAD "
+                                f"split, the augmented sets: about 35 MB) are built under {OUTPUT} of the folder the "
+                                "command runs in, where the committed specs name them")
     reproduce.add_argument("--records", help="where records are exported and read (default: results/reproduction/TABLE/records)")
     reproduce.add_argument("--spec-dir", default=str(SPEC_FOLDER), help="folder of the generated sweep specs")
     reproduce.add_argument("--render-only", action="store_true", help="re-render the table from the records; train nothing")

@@ -47,7 +47,7 @@ def overview_markdown(results: dict[str, Sequence[ClaimResult]], scale: MiniScal
     lines = ["**The papers' claims at kdbench's mini scale** (regenerated from every table's records whenever one "
              "is rendered, e.g. by `kdbench reproduce all --render-only`; each claim is tested on the dev metric its "
              "paper's table prints, seed by seed against the other row; the figures behind a cell are in the "
-             "table's `claims.md`)", "",
+             "table's `claims.md`, linked)", "",
              "| paper | claim | table | " + " | ".join(MAIN_METRICS[task][0] for task in tasks) + " |",
              "|---|---|---|" + "---|" * len(tasks)]
     for table, table_results in results.items():
@@ -56,7 +56,7 @@ def overview_markdown(results: dict[str, Sequence[ClaimResult]], scale: MiniScal
             by_claim.setdefault(result.claim, {})[result.task] = result
         for claim, on_task in by_claim.items():
             cells = [_cell(on_task[task], len(scale.task(task).seeds)) if task in on_task else "n/a" for task in tasks]
-            lines.append(f"| {claim.paper} | {claim.statement} | {table} | " + " | ".join(cells) + " |")
+            lines.append(f"| {claim.paper} | {claim.statement} | [{table}]({table}/claims.md) | " + " | ".join(cells) + " |")
     lines += ["", "Cells: the verdict and the mean paired difference (better row − worse row, in points of the "
               "metric); [n/N] = n of the study's N seeds have both runs so far; n/a = the table does not test the "
               "claim on that task (not one of its columns, or one of the two rows does not run on it). "

@@ -36,9 +36,9 @@ def test_each_cell_gives_the_verdict_and_the_mean_difference_and_says_when_seeds
     lines = overview_markdown(results).splitlines()
     header = next(line for line in lines if line.startswith("| paper | claim | table |"))
     assert header == "| paper | claim | table | SST-2 | CoLA | STS-B | MRPC | RTE | SQuAD1.1 F1 |"
-    assert "| BERT-PKD | PKD-skip beats PKD-last | cross-method | n/a | n/a | n/a | **holds** +1.10 | n/a | n/a |" in lines
+    assert "| BERT-PKD | PKD-skip beats PKD-last | [cross-method](cross-method/claims.md) | n/a | n/a | n/a | **holds** +1.10 | n/a | n/a |" in lines
     # STS-B: differences 15.97, 21.65, 18.47 on the 3 seeds both rows have, of the study's 5; RTE: both at one score.
-    assert ("| TinyBERT | data augmentation helps | cross-method | n/a | n/a | **holds** +18.70 [3/5] | n/a "
+    assert ("| TinyBERT | data augmentation helps | [cross-method](cross-method/claims.md) | n/a | n/a | **holds** +18.70 [3/5] | n/a "
             "| no signal [2/5] | n/a |") in lines
 
 

@@ -24,14 +24,14 @@ def cmd_reproduce(args: Any) -> int:
     if args.table != ALL_TABLES:
         if args.table not in TABLE_ROWS:
             raise ConfigError(f"unknown reproduction table {args.table!r} (known: {ALL_TABLES}, "
-                           f"{', '.join(sorted(TABLE_ROWS))})")
+                              f"{', '.join(sorted(TABLE_ROWS))})")
         return _reproduce_table(args, args.table)
     if args.records:
         raise ConfigError(f"--records {args.records!r} names one table's records folder; with {ALL_TABLES!r} each "
-                         "table reads and writes its own (TABLE/records beside the specs)")
+                          "table reads and writes its own (TABLE/records beside the specs)")
     if args.only:
         raise ConfigError(f"--only {args.only!r} chooses cells by the names of one table's spec; with {ALL_TABLES!r} "
-                         "run the table that has them (kdbench reproduce TABLE --only ...)")
+                          "run the table that has them (kdbench reproduce TABLE --only ...)")
     failed = [table for table in TABLE_ORDER if _reproduce_table(args, table, echo=False) != 0]
     if failed:
         print(f"[kdbench reproduce] failed: {', '.join(failed)} (the other tables ran)")

@@ -12,6 +12,7 @@ import torch
 from safetensors import SafetensorError
 from torch import nn
 from transformers import (
+    AutoConfig,
     AutoModelForMaskedLM,
     AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
@@ -60,6 +61,19 @@ def load_model(name: str, head: HeadType, spec: TaskSpec, *, trust_remote_code: 
                 "trust_remote_code=true" if "trust_remote_code" in str(error) else "")
         raise ConfigError(f"{role} {name!r} cannot be loaded: {str(error).splitlines()[0]}{hint}") from None
     return model
+
+
+def random_model(name: str, head: HeadType, spec: TaskSpec, *, trust_remote_code: bool) -> PreTrainedModel:
+    """``name``'s architecture (its config, with the task's head) with freshly initialised weights:
+    ``student_init=random`` for a checkpoint student, e.g. a no-pre-training baseline of its shape."""
+    try:
+        model_config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"student {name!r} cannot be loaded: {str(error).splitlines()[0]}") from None
+    for key, value in head_kwargs(spec, head).items():
+        setattr(model_config, key, value)
+    model_config._attn_implementation = "sdpa"
+    return HEAD_CLASSES[head].from_config(model_config)
 
 
 def teacher_label_order(teacher: PreTrainedModel, spec: TaskSpec) -> list[int] | None:
@@ -128,7 +142,7 @@ class StudentInit:
     ``default_student_init`` did (``student_init=auto``)."""
 
     kind: str
-    chosen_by: str  # "run" | "method default" | "no teacher"
+    chosen_by: str  # "run" | "method default" | "no teacher" | "checkpoint student" (auto loads its weights)
     source: str | None = None
     layers: tuple[int, ...] = ()
 
@@ -146,12 +160,13 @@ def build_student_with_init(plan: RunPlan, teacher: PreTrainedModel | None,
     """The student, built and initialised, and how it was initialised (logged)."""
     config, spec = plan.config, plan.task.spec
     head_class = HEAD_CLASSES[spec.head]
-    if plan.preset is None:
-        if config.student_init == "teacher":
-            raise ConfigError("student_init=teacher copies teacher layers into a preset shape; "
-                              f"{config.student!r} is a checkpoint (use student_init=auto or pretrained)")
+    if plan.preset is None and config.student_init == "random":
+        student = random_model(config.student, spec.head, spec, trust_remote_code=config.trust_remote_code)
+        init = StudentInit("random", "run", config.student)
+    elif plan.preset is None:  # planning refused student_init=teacher for a checkpoint
         student = load_model(config.student, spec.head, spec, trust_remote_code=config.trust_remote_code, role="student")
-        init = StudentInit("pretrained", "run", config.student)
+        init = StudentInit("pretrained", "run" if config.student_init == "pretrained" else "checkpoint student",
+                           config.student)
     else:
         model_config = plan.preset.build_config(teacher.config if teacher is not None else None)
         for key, value in head_kwargs(spec, spec.head).items():

@@ -61,6 +61,10 @@ def plan_run(config: RunConfig) -> RunPlan:
     if config.student_init_from and (preset is None or config.student_init == "random"):
         raise ConfigError(f"student_init_from={config.student_init_from!r} copies layers into a preset-shaped student; "
                           f"give a preset student (kdbench list students) with student_init=teacher or auto")
+    if preset is None and config.student_init == "teacher":
+        raise ConfigError(f"student_init=teacher copies teacher layers into a preset-shaped student, but "
+                          f"{config.student!r} is a checkpoint: give a preset student (kdbench list students), or "
+                          "student_init=pretrained (its weights) or random (its architecture, new weights)")
     if preset is not None and config.student_init == "pretrained":
         raise ConfigError(f"student_init=pretrained needs a checkpoint, but {config.student!r} is a shape preset")
     if config.teacher and Path(config.teacher).exists() and not (Path(config.teacher) / "config.json").is_file():

@@ -102,3 +102,44 @@ def test_student_init_from_needs_a_preset_student(tiny_models):
     with pytest.raises(ConfigError, match="student_init_from='/"):
         plan_run(build_run_config({"method": "finetune", "task": "sst2", "student": str(tiny_models["student"]),
                                    "student_init_from": str(tiny_models["teacher"])}))
+
+
+def test_a_checkpoint_student_with_student_init_random_keeps_its_shape_and_not_its_weights(tiny_models, shared_data):
+    """student_init=random on a checkpoint student used to load the checkpoint's weights anyway and
+    record them as chosen by the run; it builds the checkpoint's architecture with new weights now."""
+    from transformers import AutoTokenizer
+
+    from kdbench.config import build_run_config
+    from kdbench.engine import load_model, plan_run
+    from kdbench.engine.models import build_student_with_init
+    from kdbench.task import HeadType
+
+    values = {"method": "finetune", "task": "sst2", "student": str(tiny_models["student"]), "data_dir": str(shared_data)}
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models["student"])
+    plan = plan_run(build_run_config(values))
+    checkpoint = load_model(str(tiny_models["student"]), HeadType.CLASSIFICATION, plan.task.spec,
+                            trust_remote_code=False, role="student")
+    loaded, how_loaded = build_student_with_init(plan, None, tokenizer)
+    torch.manual_seed(0)
+    random, how_random = build_student_with_init(plan_run(build_run_config({**values, "student_init": "random"})),
+                                                 None, tokenizer)
+
+    def query(model):
+        return model.bert.encoder.layer[0].attention.self.query.weight
+
+    assert torch.equal(query(loaded), query(checkpoint))
+    assert (how_loaded.kind, how_loaded.chosen_by) == ("pretrained", "checkpoint student")  # auto: its weights
+    assert not torch.equal(query(random), query(checkpoint))
+    assert (random.config.num_hidden_layers, random.config.hidden_size, random.config.num_labels) == (
+        checkpoint.config.num_hidden_layers, checkpoint.config.hidden_size, checkpoint.config.num_labels)
+    assert (how_random.kind, how_random.chosen_by, how_random.source) == ("random", "run", str(tiny_models["student"]))
+
+
+def test_student_init_teacher_on_a_checkpoint_student_is_refused_when_the_run_is_planned(tiny_models):
+    from kdbench.config import build_run_config
+    from kdbench.engine import plan_run
+
+    with pytest.raises(ConfigError, match=r"student_init=teacher copies teacher layers into a preset-shaped student, "
+                                          r"but '.*student' is a checkpoint"):
+        plan_run(build_run_config({"method": "finetune", "task": "sst2", "student": str(tiny_models["student"]),
+                                   "teacher": str(tiny_models["teacher"]), "student_init": "teacher"}))

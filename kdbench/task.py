@@ -33,6 +33,9 @@ class TaskSpec:
     # The dev metrics a run may pick its best checkpoint on (train.select_metric), main metric
     # included; () declares none, and then any name is taken as given.
     selectable_metrics: tuple[str, ...] = ()
+    # Where the task has no training set of its own, the task its models are fine-tuned on
+    # (GLUE's diagnostic AX is predicted with an MNLI model); None: the task itself.
+    trained_as: str | None = None
 
     @property
     def num_labels(self) -> int:

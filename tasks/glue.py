@@ -76,6 +76,7 @@ class GlueSpec:
     label_column: str = "label"  # tried first in files with named columns
     bert_label_order: tuple[str, ...] | None = None  # BERT's GLUE processor order, where it differs from the Hub's
     score_range: tuple[float, float] | None = None  # regression: the label range submissions are clipped to
+    trained_as: str | None = None  # no training set: the task whose models predict it (AX: mnli)
 
 
 _LABEL_ALIASES = ("label", "gold_label", "score", "is_duplicate", "Quality", "labels")
@@ -172,7 +173,7 @@ AX_SPEC = GlueSpec(
     label_names=MNLI_LABELS, metrics=("mcc",), main_metric="mcc",
     train=None, dev=(),
     test=(("test", GlueFile("diagnostic.tsv", (1, 2), None, index_col=0), "AX.tsv"),),
-    column_aliases=_NLI_ALIASES, bert_label_order=MNLI_BERT_LABELS,
+    column_aliases=_NLI_ALIASES, bert_label_order=MNLI_BERT_LABELS, trained_as="mnli",
 )
 
 
@@ -200,7 +201,8 @@ class GlueTask(Task):
         self.glue = spec
         head = HeadType.REGRESSION if spec.label_names is None else HeadType.CLASSIFICATION
         self.spec = TaskSpec(name=spec.name, head=head, main_metric=spec.main_metric,
-                             label_names=spec.label_names, selectable_metrics=_dev_metric_names(spec))
+                             label_names=spec.label_names, selectable_metrics=_dev_metric_names(spec),
+                             trained_as=spec.trained_as)
 
     def __repr__(self) -> str:
         return f"GlueTask({self.glue.name!r})"
@@ -491,7 +493,8 @@ class GlueTask(Task):
     def encode_train(self, tokenizer: Any, run: Any) -> EncodedSplit:
         if self.glue.train is None:
             raise DataError(f"task {self.glue.name!r} has no training data: it is a diagnostic test set "
-                            f"scored with an MNLI model (train on mnli, then predict {self.glue.name})")
+                            f"scored with a {self.glue.trained_as} model (train on {self.glue.trained_as}, then "
+                            f"predict {self.glue.name})")
         rows = self.load_rows("train", run)
         return self._encode(rows, tokenizer, run.train.max_seq_length, run.data.max_train_samples, "train",
                             keep_index=False)

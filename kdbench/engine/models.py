@@ -88,9 +88,10 @@ def teacher_label_order(teacher: PreTrainedModel, spec: TaskSpec) -> list[int] |
     teacher_names = [id2label[i] for i in range(len(id2label))]
     wanted = list(spec.label_names or ())
     if sorted(teacher_names) != sorted(wanted):
+        trained_as = spec.trained_as or spec.name
         raise ConfigError(
             f"teacher labels {teacher_names} are not the labels of task {spec.name!r} {wanted}; "
-            f"fine-tune the teacher on {spec.name} first (kdbench run finetune --task {spec.name} --student MODEL)"
+            f"fine-tune the teacher on {trained_as} first (kdbench run finetune --task {trained_as} --student MODEL)"
         )
     order = [teacher_names.index(name) for name in wanted]
     return None if order == list(range(len(order))) else order

@@ -80,7 +80,8 @@ def check_teacher_head(teacher: str, teacher_config: PretrainedConfig, spec: Tas
     architectures = list(getattr(teacher_config, "architectures", None) or [])
     heads = {head for arch in architectures for suffix, kinds in _HEAD_SUFFIXES.items()
              if arch.endswith(suffix) for head in kinds}
-    fix = f"fine-tune a teacher on {spec.name} first (kdbench run finetune --task {spec.name} --student MODEL)"
+    trained_as = spec.trained_as or spec.name
+    fix = f"fine-tune a teacher on {trained_as} first (kdbench run finetune --task {trained_as} --student MODEL)"
     if architectures and spec.head not in heads:
         raise ConfigError(f"teacher {teacher!r} is a {'/'.join(architectures)} without a {spec.head.value} head "
                           f"for task {spec.name!r}; {fix}")

@@ -314,3 +314,18 @@ def test_label_order_tsv_teacher_keeps_accuracy_on_hub_order_data(tmp_path: Path
     lines = (tmp_path / "sub" / "MNLI-mm.tsv").read_text().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == 9
     assert {line.split("\t")[1] for line in lines[1:]} <= set(KEYWORD)
+
+
+def test_a_wrong_teacher_for_ax_is_told_to_fine_tune_on_mnli_which_ax_is_predicted_with():
+    """AX has no training set: 'fine-tune the teacher on ax' was advice that cannot be followed."""
+    from transformers import BertConfig
+
+    from kdbench.config import ConfigError
+    from kdbench.engine.preflight import check_teacher_head
+
+    sst2_teacher = BertConfig(architectures=["BertForSequenceClassification"], num_labels=2)
+    with pytest.raises(ConfigError, match=r"fine-tune a teacher on mnli first \(kdbench run finetune --task mnli "):
+        check_teacher_head("sst2-teacher", sst2_teacher, AX.spec)
+    with pytest.raises(ConfigError, match=r"fine-tune a teacher on rte first"):
+        check_teacher_head("sst2-teacher", BertConfig(architectures=["BertForSequenceClassification"], num_labels=3),
+                           RTE.spec)

@@ -4,10 +4,11 @@ Entries are either registered objects or lazy ``"module:attribute"`` targets tha
 first use, so ``kdbench list methods`` imports no method code. Third-party packages add entries
 through the entry-point group named by the registry (``kdbench.methods``, ``kdbench.tasks``, ...).
 
-A third-party entry named like a built-in (or like another plug-in) is refused with
-:class:`PluginConflictError`: silently preferring one of the two would run code the user did not
-ask for. A plug-in that cannot be imported is a :class:`PluginLoadError` when it is used, and is
-skipped with a warning when entries are only listed (:meth:`Registry.loadable_items`).
+A third-party entry named like a built-in (or like another plug-in) makes that name unusable: using
+it is a :class:`PluginConflictError` naming both entries, since silently preferring one of the two
+would run code the user did not ask for. Every other name works as before, so one clashing package
+does not stop every command. A plug-in that cannot be imported is a :class:`PluginLoadError` when
+it is used. Listings (:meth:`Registry.loadable_items`) skip either kind with a warning.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ class Registry(Generic[T]):
     _entries: dict[str, T | str | _Loader | _EntryPoint] = field(default_factory=dict, repr=False)
     _aliases: dict[str, str] = field(default_factory=dict, repr=False)
     _entry_points_loaded: bool = field(default=False, repr=False)
+    _conflicts: dict[str, str] = field(default_factory=dict, repr=False)  # name -> why it is unusable
 
     def register(self, name: str, obj: T | None = None, *, aliases: tuple[str, ...] = ()):
         """Register ``obj`` under ``name``; without ``obj`` this is a decorator."""
@@ -136,19 +138,24 @@ class Registry(Generic[T]):
             key = _normalise(ep.name)
             dist = getattr(getattr(ep, "dist", None), "name", None) or "unknown"
             entry = _EntryPoint(ep.value, dist)
-            taken = self._entries.get(key, self._aliases.get(key))
-            if taken is not None:
-                owner = "a plug-in" if isinstance(self._entries.get(key), _EntryPoint) else "the built-in"
-                raise PluginConflictError(
+            taken_key = key if key in self._entries else self._aliases.get(key)
+            if taken_key is not None:
+                taken = self._entries[taken_key]
+                owner = "a plug-in" if isinstance(taken, _EntryPoint) else "the built-in"
+                self._conflicts[key] = (
                     f"plug-in {self.kind} {ep.name!r} = {entry.describe()} (entry point group "
-                    f"{self.entry_point_group}) has the name of {owner} {self.kind} {key!r}; rename it in that "
-                    f"package's pyproject.toml [project.entry-points.\"{self.entry_point_group}\"]")
+                    f"{self.entry_point_group}) has the name of {owner} {self.kind} {key!r} = {_source(taken)}, so "
+                    f"neither runs under that name; rename it in that package's pyproject.toml "
+                    f"[project.entry-points.\"{self.entry_point_group}\"]")
+                continue
             self._entries[key] = entry
 
     def canonical(self, name: str) -> str:
         """The canonical registered name for ``name`` (or UnknownNameError)."""
         self._load_entry_points()
         key = _normalise(name)
+        if key in self._conflicts:
+            raise PluginConflictError(self._conflicts[key])
         key = self._aliases.get(key, key)
         if key not in self._entries:
             raise UnknownNameError(self.kind, name, self.names(include_aliases=True))
@@ -195,12 +202,16 @@ class Registry(Generic[T]):
             yield name, self.get(name)
 
     def loadable_items(self) -> Iterator[tuple[str, T]]:
-        """Like :meth:`items`, but a plug-in that cannot be imported is skipped with a
-        :class:`PluginWarning` naming it and the error (for listings)."""
+        """Like :meth:`items`, but a plug-in that cannot be imported, or a name two entries claim, is
+        skipped with a :class:`PluginWarning` naming it and why (for listings)."""
+        self._load_entry_points()
+        for key, why in self._conflicts.items():
+            if key not in self._entries:  # the plug-in took an alias's name: nothing listed says so
+                warnings.warn(f"skipped: {why}", PluginWarning, stacklevel=2)
         for name in self.names():
             try:
                 yield name, self.get(name)
-            except PluginLoadError as error:
+            except (PluginLoadError, PluginConflictError) as error:
                 warnings.warn(f"skipped: {error}", PluginWarning, stacklevel=2)
 
 
@@ -210,6 +221,11 @@ def _import(target: str) -> object:
     for part in attribute.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+def _source(entry: object) -> str:
+    """Where an entry comes from, without the word 'plug-in' that the messages put before it."""
+    return entry.describe() if isinstance(entry, _EntryPoint) else _describe(entry)
 
 
 def _describe(entry: object) -> str:

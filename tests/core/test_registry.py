@@ -82,22 +82,28 @@ def test_a_broken_plugin_is_skipped_with_a_warning_in_listings_and_named_when_us
 
 
 @pytest.mark.parametrize("name", ["kd", "hinton", "KD"])
-def test_a_plugin_named_like_a_builtin_is_refused(name, monkeypatch):
+def test_a_plugin_named_like_a_builtin_makes_that_name_unusable_and_nothing_else(name, monkeypatch):
     _entry_points_returning(monkeypatch, EntryPoint(name=name, value="my_kd:Mine", group="kdbench.methods"))
     registry: Registry[object] = Registry("method", "kdbench.methods")
     registry.register_lazy("kd", "kdbench.methods.kd:HintonKD", aliases=("hinton",))
+    registry.register_lazy("pkd", "kdbench.methods.pkd:PatientKD")
     with pytest.raises(registry_module.PluginConflictError) as error:
-        registry.names()
+        registry.get(name)
     message = str(error.value)
     assert "\n" not in message and f"plug-in method {name!r} = 'my_kd:Mine'" in message
-    assert "the built-in method" in message and "rename it" in message
+    assert "the built-in method" in message and "kdbench.methods.kd:HintonKD" in message and "rename it" in message
+    assert registry.get("pkd").__name__ == "PatientKD"  # one clashing package does not stop the others
+    with pytest.warns(registry_module.PluginWarning, match=f"skipped: plug-in method {name!r} = 'my_kd:Mine'"):
+        listed = [listed_name for listed_name, _ in registry.loadable_items()]
+    assert "pkd" in listed and name.lower() not in listed
 
 
-def test_two_plugins_with_one_name_and_code_registering_a_taken_name_are_refused(monkeypatch):
+def test_two_plugins_with_one_name_are_both_named_and_code_registering_a_taken_name_is_refused(monkeypatch):
     _entry_points_returning(monkeypatch, EntryPoint(name="mine", value="a:M", group="kdbench.methods"),
                             EntryPoint(name="mine", value="b:M", group="kdbench.methods"))
-    with pytest.raises(registry_module.PluginConflictError, match="name of a plug-in method 'mine'"):
-        Registry("method", "kdbench.methods").names()
+    with pytest.raises(registry_module.PluginConflictError,
+                       match=r"plug-in method 'mine' = 'b:M' .* has the name of a plug-in method 'mine' = 'a:M'"):
+        Registry("method", "kdbench.methods").get("mine")
     registry: Registry[object] = Registry("method")
     registry.register_lazy("kd", "kdbench.methods.kd:HintonKD")
 

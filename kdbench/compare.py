@@ -45,6 +45,7 @@ def compare_rows(better: str, worse: str, runs: Sequence[str], tasks: Sequence[s
                 raise ConfigError(f"--task {task!r}: row {name!r} has no completed run on it "
                                   f"(its tasks: {', '.join(sorted(tasks_of[name]))})")
     frame = frame[frame[ROW_COLUMN].isin([better, worse]) & frame["task"].isin(chosen)]
+    _refuse_rows_of_several_students(frame)
     _refuse_two_trainings_of_one_seed(frame)
     if evaluations:
         frame = reselect(frame.reset_index(drop=True), parse_rules(evaluations))
@@ -78,6 +79,19 @@ def _completed_runs(runs: Sequence[str]) -> Any:
     frame[ROW_COLUMN] = [label if isinstance(label, str) and label else method
                          for label, method in zip(labels, frame["method"], strict=True)]
     return frame
+
+
+def _refuse_rows_of_several_students(frame: Any) -> None:
+    """A row is one student trained one way: unlabelled runs of one method with several students (a
+    sweep's teacher stage beside its student cells, say) are not a row to compare."""
+    from kdbench.config import ConfigError
+
+    for row, group in frame.groupby(ROW_COLUMN):
+        students = sorted({str(student) for student in group["student"]})
+        if len(students) > 1:
+            raise ConfigError(f"row {row!r} holds runs of {len(students)} students ({', '.join(students)}), e.g. a "
+                              "sweep's teacher stage beside its cells: give the runs to compare a label "
+                              "(label=NAME, or a sweep cell's label)")
 
 
 def _refuse_two_trainings_of_one_seed(frame: Any) -> None:

@@ -95,3 +95,14 @@ def test_bad_input_is_named(two_rows, argv, named, capsys):
     runs = ["--runs", str(two_rows / "mine"), "--runs", str(two_rows / "baselines")]
     assert main(["compare", *argv, *runs]) == EXIT_BAD_INPUT
     assert named in capsys.readouterr().err
+
+
+def test_a_row_of_several_students_is_refused(two_rows):
+    """An unlabelled sweep's teacher stage and its student cells share a method; as one row they
+    would pair a teacher with students."""
+    _record(two_rows / "mine", "cosine-cls-teacher", method="cosine-cls", task="rte", seed=42,
+            evaluations=[{"step": 20, "acc": 66.0}])
+    record = two_rows / "mine" / "cosine-cls-teacher" / "result.json"
+    record.write_text(record.read_text().replace('"student": "teacher-3l"', '"student": "minilm-l6"'))
+    with pytest.raises(ConfigError, match=r"row 'cosine-cls' holds runs of 2 students \(minilm-l6, teacher-3l\)"):
+        compare_rows("cosine-cls", "kd-3l", [str(two_rows / "mine"), str(two_rows / "baselines")])

@@ -142,6 +142,30 @@ def student_config(plan: RunPlan, teacher_config: PretrainedConfig | None) -> Pr
     return model_config
 
 
+def check_copied_layers(plan: RunPlan, teacher_config: PretrainedConfig | None, student: PretrainedConfig) -> None:
+    """A student initialised from teacher layers (``student_init=teacher``, or ``auto`` where the
+    method's default is ``teacher``) copies layers that exist, as many as it has, into a student as
+    wide as their model: checked on the configs, so ``--dry-run`` names a bad ``student_layers``."""
+    from kdbench.students import resolve_teacher_layers
+
+    config = plan.config
+    kind = config.student_init
+    if kind == "auto" and (teacher_config is not None or config.student_init_from):
+        kind = plan.method.default_student_init
+    if plan.preset is None or kind != "teacher":
+        return
+    source = (load_model_config(config.student_init_from, "student_init_from", config.trust_remote_code)
+              if config.student_init_from else teacher_config)
+    if source is None:
+        raise ConfigError("student_init=teacher needs --teacher (or student_init_from=MODEL)")
+    choice = config.student_layers if config.student_layers != "auto" else plan.method.default_student_layers
+    resolve_teacher_layers(choice, source.num_hidden_layers, student.num_hidden_layers)
+    if source.hidden_size != student.hidden_size:
+        raise ConfigError(f"student_init=teacher copies layers of hidden size {source.hidden_size} into a student of "
+                          f"hidden size {student.hidden_size}; use a student as wide as its teacher (e.g. teacher-3l) "
+                          "or student_init=random")
+
+
 def build_stages(method: Method, context: MethodContext) -> list[Stage]:
     """Run the method's ``validate``, ``extra_modules`` and ``stages`` on a fresh copy of it (a
     method may keep what it builds on itself). A bug in a plug-in's stage declaration (a wrong
@@ -173,6 +197,7 @@ def preflight(plan: RunPlan) -> DryRun:
         if plan.method.requires_teacher:
             check_teacher_head(config.teacher, teacher_config, spec)
     student = student_config(plan, teacher_config)
+    check_copied_layers(plan, teacher_config, student)
     check_sequence_length(config, {"teacher": teacher_config, "student": student})
     context = MethodContext(task=spec, student_config=student, teacher_config=teacher_config, run=config)
     return DryRun(teacher_config, student, build_stages(plan.method, context))

@@ -143,3 +143,25 @@ def test_student_init_teacher_on_a_checkpoint_student_is_refused_when_the_run_is
                                           r"but '.*student' is a checkpoint"):
         plan_run(build_run_config({"method": "finetune", "task": "sst2", "student": str(tiny_models["student"]),
                                    "teacher": str(tiny_models["teacher"]), "student_init": "teacher"}))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"student_init": "teacher", "student_layers": [0, 9]}, r"student_layers: \[9\] outside the teacher's layers 0..1"),
+    ({"student_init": "teacher", "student_layers": [0]}, "lists 1 teacher layers but the student has 2"),
+    ({"method": "pkd"}, None),  # auto -> PKD's default, teacher: layers 0..1 of a 2-layer teacher fit
+])
+def test_the_layers_a_student_copies_are_checked_when_the_run_is_planned(tiny_models, shared_data, overrides, message):
+    """--dry-run ran every plan-time check but this one: a student_layers outside the teacher failed
+    only once the models had loaded."""
+    from kdbench.config import build_run_config
+    from kdbench.engine import plan_run
+    from kdbench.engine.preflight import preflight
+
+    values = {"method": "kd", "task": "sst2", "teacher": str(tiny_models["teacher"]), "student": "teacher-2l",
+              "data_dir": str(shared_data), **overrides}
+    plan = plan_run(build_run_config(values))
+    if message is None:
+        assert preflight(plan).student_config.num_hidden_layers == 2
+    else:
+        with pytest.raises(ConfigError, match=message):
+            preflight(plan)

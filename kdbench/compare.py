@@ -87,11 +87,22 @@ def _refuse_rows_of_several_students(frame: Any) -> None:
     from kdbench.config import ConfigError
 
     for row, group in frame.groupby(ROW_COLUMN):
-        students = sorted({str(student) for student in group["student"]})
+        students = sorted({_student_name(str(student)) for student in group["student"]})
         if len(students) > 1:
             raise ConfigError(f"row {row!r} holds runs of {len(students)} students ({', '.join(students)}), e.g. a "
                               "sweep's teacher stage beside its cells: give the runs to compare a label "
                               "(label=NAME, or a sweep cell's label)")
+
+
+def _student_name(student: str) -> str:
+    """A preset or Hub name as it is; a model folder by its name, or its run's (``RUN/model``): the
+    same stage's model read from two checkouts is one student."""
+    from pathlib import Path
+
+    if "/" not in student and "\\" not in student:
+        return student
+    path = Path(student)
+    return path.parent.name if path.name == "model" else path.name
 
 
 def _refuse_two_trainings_of_one_seed(frame: Any) -> None:

@@ -106,3 +106,14 @@ def test_a_row_of_several_students_is_refused(two_rows):
     record.write_text(record.read_text().replace('"student": "teacher-3l"', '"student": "minilm-l6"'))
     with pytest.raises(ConfigError, match=r"row 'cosine-cls' holds runs of 2 students \(minilm-l6, teacher-3l\)"):
         compare_rows("cosine-cls", "kd-3l", [str(two_rows / "mine"), str(two_rows / "baselines")])
+
+
+def test_one_stage_read_from_two_checkouts_is_one_student(two_rows):
+    """The study's TinyBERT4 cells name their GD stage's model by absolute path, which differs between
+    the checkouts that trained them: a folder is the student its run names, not its location."""
+    for seed, checkout in ((1, "/work/a"), (2, "/work/b"), (3, "/scratch/c")):
+        record = two_rows / "mine" / f"cosine-cls-rte-s{seed}" / "result.json"
+        record.write_text(record.read_text().replace('"student": "teacher-3l"',
+                                                     f'"student": "{checkout}/runs/tinybert-corpus-344a670b2c54/model"'))
+    [result] = compare_rows("cosine-cls", "kd-3l", [str(two_rows / "mine"), str(two_rows / "baselines")])
+    assert result.difference.n == 3

@@ -4,7 +4,10 @@
   :func:`kdbench.launch.graceful_requeue_callback` raises :class:`Requeued` (a ``SystemExit``)
   once the checkpoint is saved and submitit has requeued the job.
 - **Time.** ``RUN/attempts.json`` lists every attempt with the seconds it ran, updated at each
-  checkpoint and at its end; ``train_seconds`` is their sum. A stage's seconds are kept beside its
+  checkpoint and at its end; ``train_seconds`` is their sum.
+- **Provenance.** Each attempt also names the kdbench revision and machine it ran on. A record
+  names the last attempt's; where attempts differ (a run resumed after a ``git pull``, or requeued
+  onto another node type) :meth:`RunClock.mixed_provenance` lists each one, for the record. A stage's seconds are kept beside its
   checkpoints (``STAGE/elapsed.json``, seconds at each saved step), so a resumed stage goes on
   counting from the checkpoint it resumes. An attempt killed outright (SIGKILL, node failure)
   counts up to its last checkpoint: the work after it is lost and its redoing is counted again.
@@ -62,7 +65,7 @@ class RunClock:
     Made by the process that holds the run lock, so an earlier attempt still without an end was
     killed before it could record one: it is marked :data:`KILLED`."""
 
-    def __init__(self, run_dir: Path, writer: bool = True):
+    def __init__(self, run_dir: Path, writer: bool = True, provenance: dict[str, Any] | None = None):
         self.path = Path(run_dir) / ATTEMPTS_FILE
         self.writer = writer
         previous = _read_json(self.path, {}).get("attempts", [])
@@ -70,13 +73,23 @@ class RunClock:
         for attempt in self.attempts:
             if attempt.get("ended") is None:
                 attempt["ended"] = KILLED
-        self.attempts.append({"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seconds": 0.0, "ended": None})
+        self.attempts.append({"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seconds": 0.0, "ended": None,
+                              **(provenance or {})})
         self.started = time.perf_counter()
         self.save()
 
     @property
     def count(self) -> int:
         return len(self.attempts)
+
+    def mixed_provenance(self, keys: tuple[str, ...] = ("kdbench_revision", "machine")) -> list[dict[str, Any]]:
+        """Every attempt's ``keys`` (with its start and seconds) when the attempts that recorded them do
+        not all agree; else ``[]``. Attempts from before provenance was recorded are left out."""
+        known = [a for a in self.attempts if any(key in a for key in keys)]
+        if len({json.dumps([a.get(key) for key in keys], sort_keys=True) for a in known}) <= 1:
+            return []
+        return [{"attempt": i, "started_at": a.get("started_at"), "seconds": a.get("seconds"),
+                 **{key: a.get(key) for key in keys}} for i, a in enumerate(self.attempts, start=1) if a in known]
 
     def total_seconds(self) -> float:
         """The seconds of every attempt, this one's as of the last :meth:`save`."""

@@ -114,7 +114,15 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback], fresh: boo
     run_dir.mkdir(parents=True, exist_ok=True)
     if writer:
         save_config(plan.config, run_dir / "config.yaml")
-    clock = RunClock(run_dir, writer)  # train_seconds add up over attempts (requeue, resume)
+    revision, machine = kdbench_revision(), compute_environment()
+    # train_seconds add up over attempts (requeue, resume); each attempt names its code and machine
+    clock = RunClock(run_dir, writer, provenance={"kdbench_revision": revision, "machine": machine})
+    mixed = clock.mixed_provenance()
+    if mixed:
+        log.warning("run %s: its attempts ran at other kdbench revisions or on other machines (%s); the record "
+                    "lists each in attempt_provenance", run_dir,
+                    "; ".join(f"attempt {a['attempt']}: {(a['kdbench_revision'] or {}).get('commit', '?')!s:.7}, "
+                              f"{(a['machine'] or {}).get('cpu_capability')}" for a in mixed))
     record: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "method": plan.config.method,
@@ -125,10 +133,10 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback], fresh: boo
         "config": plan.config.to_dict(),
         "seed": plan.config.train.seed,
         "versions": library_versions(),
-        "machine": compute_environment(),
+        "machine": machine,
         # where this run trained and the precision `auto` became there (bf16 on a GPU that has it, else fp32)
         "training": {"device": str(training_device()), "precision": resolved_precision(plan.config)},
-        "kdbench_revision": kdbench_revision(),
+        "kdbench_revision": revision,
         "inputs": plan.inputs,
         # the content of every local model read (a teacher run's folder is named by its config only)
         "weights_sha256": local_models_read({"teacher": plan.config.teacher, "student": plan.config.student,
@@ -137,6 +145,8 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback], fresh: boo
         "metrics": {},
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    if mixed:  # the record's revision and machine are this attempt's; the earlier ones differ
+        record["attempt_provenance"] = mixed
     try:
         outcome = _execute(plan, run_dir, callbacks, clock)
         record.update(outcome, status="completed", error=None)

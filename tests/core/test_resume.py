@@ -81,6 +81,32 @@ def test_resumed_run_is_bit_exact_requeued_while_held_and_its_times_add_up(tmp_p
     assert record["train_seconds"] == round(sum(a["seconds"] for a in attempts), 2) > held["train_seconds"] > 0
     at_checkpoint = json.loads(next(resumed.glob("stages/*/elapsed.json")).read_text())["8"]
     assert stage["seconds"] > at_checkpoint > 0  # the stage's clock went on from the checkpoint's
+    # both attempts ran this checkout on this machine: nothing to say about mixed provenance
+    assert attempts[0]["kdbench_revision"] == attempts[1]["kdbench_revision"] == record["kdbench_revision"]
+    assert "attempt_provenance" not in record
+
+
+def test_a_run_resumed_at_another_commit_lists_each_attempts_revision(tmp_path, tiny_models, shared_data,
+                                                                     monkeypatch):
+    """A record names one kdbench revision, the last attempt's: a run whose earlier attempt ran
+    other code (resumed after a git pull, say) must say so, or its record would vouch for code that
+    trained only its end."""
+    import kdbench.engine.runner as runner
+
+    monkeypatch.setenv("KDBENCH_DATA_DIR", str(shared_data))
+    values = {**TINY_RUN, "method": "kd", "task": "sst2", "teacher": str(tiny_models["teacher"]),
+              "student": str(tiny_models["student"]), "max_steps": 12, "eval_steps": 4, "max_train_samples": 40}
+    monkeypatch.setattr(runner, "kdbench_revision", lambda: {"commit": "1111111aaaa", "dirty": False})
+    from kdbench.engine.resume import Requeued
+
+    with pytest.raises(Requeued):
+        run(values, tmp_path, [RequeueAt(8)])
+    monkeypatch.setattr(runner, "kdbench_revision", lambda: {"commit": "2222222bbbb", "dirty": False})
+    record = json.loads((run(values, tmp_path) / "result.json").read_text())
+    assert record["kdbench_revision"]["commit"] == "2222222bbbb"
+    listed = record["attempt_provenance"]
+    assert [(a["attempt"], a["kdbench_revision"]["commit"]) for a in listed] == [(1, "1111111aaaa"), (2, "2222222bbbb")]
+    assert listed[0]["machine"] == listed[1]["machine"] == record["machine"] and listed[0]["seconds"] > 0
 
 
 def test_without_the_epoch_seeded_sampler_the_resumed_run_trains_on_other_batches(tmp_path, tiny_models,

@@ -10,24 +10,31 @@ named by their runs' ``label`` (sweeps set it), or for runs without one by their
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kdbench.claims import ClaimResult
 
 ROW_COLUMN = "row"
 
 
 def compare_rows(better: str, worse: str, runs: Sequence[str], tasks: Sequence[str] = (),
-                 metrics: dict[str, str] | None = None, evaluations: dict[str, str] | None = None) -> list[Any]:
+                 metrics: dict[str, str] | None = None,
+                 evaluations: dict[str, str] | None = None) -> list[ClaimResult]:
     """The :class:`kdbench.claims.ClaimResult` of "``better`` beats ``worse``" on each task (``tasks``,
     or every task both rows completed runs on), from the records under ``runs``; ``metrics``: task ->
     the dev metric to compare where not the task's main one; ``evaluations``: task -> the rule that
     picks each run's evaluation (``best:acc``, ``last``; default: the one the run kept).
 
     Bad input is named before anything is scored: a row with no completed run, a task a row did not
-    run, a metric the runs did not record, or two trainings of one row, task and seed."""
+    run, a metric or evaluation rule for a task not compared or a metric a row did not record, rows
+    with no seed in common, a run without a usable seed, or two trainings of one row, task and seed."""
     from kdbench.claims import Claim, claim_results
     from kdbench.config import ConfigError
     from kdbench.evaluations import parse_rules, reselect
 
+    if better == worse:
+        raise ConfigError(f"compare a row with another one: both are {better!r}")
     frame = _completed_runs(runs)
     rows = sorted(frame[ROW_COLUMN].dropna().unique()) if len(frame) else []
     for name in (better, worse):
@@ -35,7 +42,7 @@ def compare_rows(better: str, worse: str, runs: Sequence[str], tasks: Sequence[s
             raise ConfigError(f"row {name!r} has no completed run under {', '.join(runs)} "
                               f"(rows: {', '.join(rows) or 'none'}; a row is a label, or a method for unlabelled runs)")
     tasks_of = {name: set(frame.loc[frame[ROW_COLUMN] == name, "task"]) for name in (better, worse)}
-    chosen = list(tasks) or sorted(tasks_of[better] & tasks_of[worse])
+    chosen = list(dict.fromkeys(tasks)) or sorted(tasks_of[better] & tasks_of[worse])
     if not chosen:
         raise ConfigError(f"rows {better!r} ({', '.join(sorted(tasks_of[better]))}) and {worse!r} "
                           f"({', '.join(sorted(tasks_of[worse]))}) share no task")
@@ -44,15 +51,29 @@ def compare_rows(better: str, worse: str, runs: Sequence[str], tasks: Sequence[s
             if task not in tasks_of[name]:
                 raise ConfigError(f"--task {task!r}: row {name!r} has no completed run on it "
                                   f"(its tasks: {', '.join(sorted(tasks_of[name]))})")
-    frame = frame[frame[ROW_COLUMN].isin([better, worse]) & frame["task"].isin(chosen)]
+    for option, given in (("--metric", metrics or {}), ("--evaluation", evaluations or {})):
+        for task in given:
+            if task not in chosen:
+                raise ConfigError(f"{option} {task}={given[task]}: {task!r} is not a compared task "
+                                  f"({', '.join(chosen)})")
+    frame = frame[frame[ROW_COLUMN].isin([better, worse]) & frame["task"].isin(chosen)].reset_index(drop=True)
+    frame["seed"] = [_seed(run) for _, run in frame.iterrows()]
     _refuse_rows_of_several_students(frame)
     _refuse_two_trainings_of_one_seed(frame)
+    for task in chosen:
+        seeds = {name: set(frame.loc[(frame[ROW_COLUMN] == name) & (frame["task"] == task), "seed"])
+                 for name in (better, worse)}
+        if not seeds[better] & seeds[worse]:
+            raise ConfigError(f"rows {better!r} and {worse!r} share no seed on {task} (seeds "
+                              f"{sorted(seeds[better])} and {sorted(seeds[worse])}): a paired test needs both "
+                              "rows run with the same seeds")
     if evaluations:
-        frame = reselect(frame.reset_index(drop=True), parse_rules(evaluations))
+        frame = reselect(frame, parse_rules(evaluations))
     for task, metric in (metrics or {}).items():
-        recorded = frame.loc[frame["task"] == task]
-        if task not in chosen or f"metric.{metric}" not in recorded or recorded[f"metric.{metric}"].isna().all():
-            raise ConfigError(f"--metric {task}={metric}: the compared runs recorded no {metric!r} on {task!r}")
+        for name in (better, worse):
+            recorded = frame.loc[(frame["task"] == task) & (frame[ROW_COLUMN] == name)]
+            if f"metric.{metric}" not in recorded or recorded[f"metric.{metric}"].isna().all():
+                raise ConfigError(f"--metric {task}={metric}: row {name!r} recorded no {metric!r} on {task!r}")
     claim = Claim("", f"{better} beats {worse}", better, worse)
     return claim_results([claim], frame.assign(label=frame[ROW_COLUMN]), chosen, metrics=metrics)
 
@@ -74,7 +95,9 @@ def _completed_runs(runs: Sequence[str]) -> Any:
     # One training exported into several folders (tables that share runs) is one run: its folder
     # name and creation time identify it.
     frame["run_name"] = [Path(run_dir).name for run_dir in frame["run_dir"]]
-    frame = frame.drop_duplicates(["run_name", "created_at"]).reset_index(drop=True)
+    created = frame["created_at"] if "created_at" in frame else frame["run_dir"]  # no time: each folder its own
+    frame = frame.assign(created_key=created.fillna(frame["run_dir"]))
+    frame = frame.drop_duplicates(["run_name", "created_key"]).reset_index(drop=True)
     labels = frame["label"] if "label" in frame else pd.Series([None] * len(frame))
     frame[ROW_COLUMN] = [label if isinstance(label, str) and label else method
                          for label, method in zip(labels, frame["method"], strict=True)]
@@ -95,14 +118,28 @@ def _refuse_rows_of_several_students(frame: Any) -> None:
 
 
 def _student_name(student: str) -> str:
-    """A preset or Hub name as it is; a model folder by its name, or its run's (``RUN/model``): the
-    same stage's model read from two checkouts is one student."""
+    """A preset or a Hub id as it is; a local model folder by its run's name (``RUN/model``) or its
+    own: the same stage's model read from two checkouts is one student."""
     from pathlib import Path
 
-    if "/" not in student and "\\" not in student:
-        return student
     path = Path(student)
+    if not (path.is_absolute() or student.startswith(".") or path.name == "model"):
+        return student  # a preset or a Hub id such as org/model
     return path.parent.name if path.name == "model" else path.name
+
+
+def _seed(run: Any) -> int:
+    """A run's seed as an integer (records written by hand or by a plug-in may hold ``"1"``)."""
+    from kdbench.config import ConfigError
+
+    try:
+        value = float(run.get("seed"))
+        if value != int(value):
+            raise ValueError
+        return int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"run {run.get('run_dir')}: seed {run.get('seed')!r} is not an integer, so it pairs "
+                          "with no seed of the other row") from None
 
 
 def _refuse_two_trainings_of_one_seed(frame: Any) -> None:

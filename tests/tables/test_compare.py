@@ -87,7 +87,9 @@ def test_two_trainings_of_one_seed_are_named_instead_of_one_being_picked(two_row
 @pytest.mark.parametrize("argv, named", [
     (["cosine-cls", "pkd"], "row 'pkd' has no completed run under"),
     (["cosine-cls", "kd-3l", "--task", "mrpc"], "--task 'mrpc': row 'cosine-cls' has no completed run on it"),
-    (["cosine-cls", "kd-3l", "--metric", "rte=f1"], "--metric rte=f1: the compared runs recorded no 'f1' on 'rte'"),
+    (["cosine-cls", "kd-3l", "--metric", "rte=f1"], "--metric rte=f1: row 'cosine-cls' recorded no 'f1' on 'rte'"),
+    (["cosine-cls", "kd-3l", "--evaluation", "rtee=best:acc"], "--evaluation rtee=best:acc: 'rtee' is not a compared task"),
+    (["kd-3l", "kd-3l"], "compare a row with another one: both are 'kd-3l'"),
     (["cosine-cls", "kd-3l", "--metric", "rte"], "--metric 'rte': expected TASK=VALUE"),
     (["cosine-cls", "kd-3l", "--evaluation", "rte=best-acc"], "evaluation.rte:"),
 ])
@@ -117,3 +119,26 @@ def test_one_stage_read_from_two_checkouts_is_one_student(two_rows):
                                                      f'"student": "{checkout}/runs/tinybert-corpus-344a670b2c54/model"'))
     [result] = compare_rows("cosine-cls", "kd-3l", [str(two_rows / "mine"), str(two_rows / "baselines")])
     assert result.difference.n == 3
+
+
+def test_rows_without_a_common_seed_or_with_a_seed_written_two_ways_are_named(two_rows):
+    _record(two_rows / "mine", "other-s7", method="other", task="rte", seed=7, evaluations=[{"step": 1, "acc": 1.0}])
+    with pytest.raises(ConfigError, match=r"rows 'other' and 'kd-3l' share no seed on rte \(seeds \[7\] and \[1, 2, 3\]\)"):
+        compare_rows("other", "kd-3l", [str(two_rows / "mine"), str(two_rows / "baselines")])
+    # a hand-written record with seed "1" is seed 1: a second training of it, not a seed of its own
+    record = _record(two_rows / "mine", "cosine-cls-rte-s1-by-hand", method="cosine-cls", task="rte", seed=1,
+                     evaluations=[{"step": 20, "acc": 90.0}]) / "result.json"
+    record.write_text(record.read_text().replace('"seed": 1', '"seed": "1"'))
+    with pytest.raises(ConfigError, match="row 'cosine-cls' has 2 completed runs of rte seed 1"):
+        compare_rows("cosine-cls", "kd-3l", [str(two_rows / "mine"), str(two_rows / "baselines")])
+
+
+def test_a_metric_only_one_row_recorded_is_named_with_that_row(two_rows):
+    record = two_rows / "baselines" / "kd-rte-s1" / "result.json"
+    for folder in ("baselines",):
+        for seed in (1, 2, 3):
+            path = two_rows / folder / f"kd-rte-s{seed}" / "result.json"
+            path.write_text(path.read_text().replace('"metrics": {"acc"', '"metrics": {"f1": 40.0, "acc"'))
+    assert '"f1": 40.0' in record.read_text()
+    with pytest.raises(ConfigError, match="row 'cosine-cls' recorded no 'f1' on 'rte'"):
+        compare_rows("cosine-cls", "kd-3l", [str(two_rows / "mine"), str(two_rows / "baselines")], metrics={"rte": "f1"})

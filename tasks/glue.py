@@ -509,7 +509,7 @@ class GlueTask(Task):
     def encode_eval(self, tokenizer: Any, run: Any) -> list[EncodedSplit]:
         if not self.glue.dev:
             raise DataError(f"task {self.glue.name!r} has no labelled dev set: it is a diagnostic test set "
-                            f"for prediction only (train on mnli, then predict {self.glue.name})")
+                            f"for prediction only (train on {self.glue.trained_as}, then predict {self.glue.name})")
         splits = []
         all_rows = [(name, suffix, self.load_rows(name, run)) for name, suffix in self.eval_splits(run)]
         for name, suffix, rows in all_rows:  # every file is read and validated before tokenising

@@ -17,6 +17,7 @@ from transformers import (
     AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
     AutoTokenizer,
+    PretrainedConfig,
     PreTrainedModel,
 )
 
@@ -63,17 +64,25 @@ def load_model(name: str, head: HeadType, spec: TaskSpec, *, trust_remote_code: 
     return model
 
 
+def load_model_config(name: str, role: str, trust_remote_code: bool) -> PretrainedConfig:
+    """A model's config.json through transformers, as a one-line ConfigError when it cannot be read."""
+    try:
+        return AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as error:  # missing/truncated config.json, bad repo id, offline Hub
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        hint = ("; it ships its own Python code, which kdbench does not run unless you review it and pass "
+                "trust_remote_code=true" if "trust_remote_code" in str(error) else "")
+        raise ConfigError(f"{role} {name!r} cannot be loaded: {detail}{hint}") from None
+
+
 def random_model(name: str, head: HeadType, spec: TaskSpec, *, trust_remote_code: bool) -> PreTrainedModel:
     """``name``'s architecture (its config, with the task's head) with freshly initialised weights:
     ``student_init=random`` for a checkpoint student, e.g. a no-pre-training baseline of its shape."""
-    try:
-        model_config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"student {name!r} cannot be loaded: {str(error).splitlines()[0]}") from None
+    model_config = load_model_config(name, "student", trust_remote_code)
     for key, value in head_kwargs(spec, head).items():
         setattr(model_config, key, value)
     model_config._attn_implementation = "sdpa"
-    return HEAD_CLASSES[head].from_config(model_config)
+    return HEAD_CLASSES[head].from_config(model_config, trust_remote_code=trust_remote_code)
 
 
 def teacher_label_order(teacher: PreTrainedModel, spec: TaskSpec) -> list[int] | None:
@@ -152,6 +161,18 @@ class StudentInit:
         return f"{self.kind}{copied}, chosen by {self.chosen_by}"
 
 
+def resolved_student_init(plan: RunPlan, has_teacher: bool) -> tuple[str, str]:
+    """What ``student_init`` means for this run, and who chose it: ``auto`` takes the method's
+    ``default_student_init`` where there is a model to copy from (a teacher or ``student_init_from``),
+    else ``random``; any other value is the run's own choice."""
+    config = plan.config
+    if config.student_init != "auto":
+        return config.student_init, "run"
+    if has_teacher or config.student_init_from:
+        return plan.method.default_student_init, "method default"
+    return "random", "no teacher"
+
+
 def build_student(plan: RunPlan, teacher: PreTrainedModel | None, tokenizer: Any) -> PreTrainedModel:
     return build_student_with_init(plan, teacher, tokenizer)[0]
 
@@ -174,10 +195,7 @@ def build_student_with_init(plan: RunPlan, teacher: PreTrainedModel | None,
             setattr(model_config, key, value)
         model_config._attn_implementation = "sdpa"
         student = head_class.from_config(model_config)
-        kind, chosen_by = config.student_init, "run"
-        if kind == "auto":
-            kind, chosen_by = ((plan.method.default_student_init, "method default")
-                               if teacher is not None or config.student_init_from else ("random", "no teacher"))
+        kind, chosen_by = resolved_student_init(plan, teacher is not None)
         init = StudentInit(kind, chosen_by)
         if kind == "teacher":
             source, role = teacher, config.teacher

@@ -13,10 +13,10 @@ import copy
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformers import AutoConfig, PretrainedConfig
+from transformers import PretrainedConfig
 
 from kdbench.config import ConfigError, RunConfig
-from kdbench.engine.models import head_kwargs
+from kdbench.engine.models import head_kwargs, load_model_config, resolved_student_init
 from kdbench.engine.planning import RunPlan, check_model_paths_exist
 from kdbench.method import Method, MethodContext, Stage
 from kdbench.task import HeadType, TaskSpec
@@ -59,17 +59,6 @@ def check_output_folder(config: RunConfig) -> None:
             if not parent.is_dir():
                 raise ConfigError(f"--output {config.output!r}: {str(parent)!r} is a file, not a folder")
             break
-
-
-def load_model_config(name: str, role: str, trust_remote_code: bool) -> PretrainedConfig:
-    """A model's config.json through transformers, as a one-line ConfigError when it cannot be read."""
-    try:
-        return AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError, KeyError) as error:  # missing/truncated config.json, bad repo id, offline Hub
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        hint = ("; it ships its own Python code, which kdbench does not run unless you review it and pass "
-                "trust_remote_code=true" if "trust_remote_code" in str(error) else "")
-        raise ConfigError(f"{role} {name!r} cannot be loaded: {detail}{hint}") from None
 
 
 def check_teacher_head(teacher: str, teacher_config: PretrainedConfig, spec: TaskSpec) -> None:
@@ -149,21 +138,23 @@ def check_copied_layers(plan: RunPlan, teacher_config: PretrainedConfig | None, 
     from kdbench.students import resolve_teacher_layers
 
     config = plan.config
-    kind = config.student_init
-    if kind == "auto" and (teacher_config is not None or config.student_init_from):
-        kind = plan.method.default_student_init
+    kind, _ = resolved_student_init(plan, teacher_config is not None)
     if plan.preset is None or kind != "teacher":
         return
     source = (load_model_config(config.student_init_from, "student_init_from", config.trust_remote_code)
               if config.student_init_from else teacher_config)
     if source is None:
         raise ConfigError("student_init=teacher needs --teacher (or student_init_from=MODEL)")
+    if source.model_type != student.model_type:
+        raise ConfigError(f"student_init=teacher needs the same architecture; student is {student.model_type!r}, "
+                          f"teacher {source.model_type!r}")
+    for size in ("hidden_size", "intermediate_size", "num_attention_heads"):  # the copied tensors' shapes
+        if getattr(source, size, None) != getattr(student, size, None):
+            raise ConfigError(f"student_init=teacher copies layers of {size} {getattr(source, size, None)} into a "
+                              f"student of {size} {getattr(student, size, None)}; use a student shaped like its "
+                              "teacher (e.g. teacher-3l) or student_init=random")
     choice = config.student_layers if config.student_layers != "auto" else plan.method.default_student_layers
     resolve_teacher_layers(choice, source.num_hidden_layers, student.num_hidden_layers)
-    if source.hidden_size != student.hidden_size:
-        raise ConfigError(f"student_init=teacher copies layers of hidden size {source.hidden_size} into a student of "
-                          f"hidden size {student.hidden_size}; use a student as wide as its teacher (e.g. teacher-3l) "
-                          "or student_init=random")
 
 
 def build_stages(method: Method, context: MethodContext) -> list[Stage]:

@@ -83,13 +83,13 @@ class RunClock:
         return len(self.attempts)
 
     def mixed_provenance(self, keys: tuple[str, ...] = ("kdbench_revision", "machine")) -> list[dict[str, Any]]:
-        """Every attempt's ``keys`` (with its start and seconds) when the attempts that recorded them do
-        not all agree; else ``[]``. Attempts from before provenance was recorded are left out."""
-        known = [a for a in self.attempts if any(key in a for key in keys)]
-        if len({json.dumps([a.get(key) for key in keys], sort_keys=True) for a in known}) <= 1:
+        """Every attempt's ``keys`` (with its start and seconds) when the attempts do not all agree on
+        them; else ``[]``. An attempt of a kdbench that did not record them counts as unknown (None),
+        which differs from any that did: a run started before an upgrade and resumed after it."""
+        if len({json.dumps([a.get(key) for key in keys], sort_keys=True) for a in self.attempts}) <= 1:
             return []
         return [{"attempt": i, "started_at": a.get("started_at"), "seconds": a.get("seconds"),
-                 **{key: a.get(key) for key in keys}} for i, a in enumerate(self.attempts, start=1) if a in known]
+                 **{key: a.get(key) for key in keys}} for i, a in enumerate(self.attempts, start=1)]
 
     def total_seconds(self) -> float:
         """The seconds of every attempt, this one's as of the last :meth:`save`."""

@@ -139,7 +139,10 @@ def _run_planned(plan: RunPlan, callbacks: Sequence[TrainerCallback], fresh: boo
         "kdbench_revision": revision,
         "inputs": plan.inputs,
         # the content of every local model read (a teacher run's folder is named by its config only)
-        "weights_sha256": local_models_read({"teacher": plan.config.teacher, "student": plan.config.student,
+        # (a student built with new weights reads none of its checkpoint's: student_init=random)
+        "weights_sha256": local_models_read({"teacher": plan.config.teacher,
+                                             "student": None if plan.config.student_init == "random"
+                                             else plan.config.student,
                                              "student_init_from": plan.config.student_init_from}),
         "run_dir": str(run_dir),
         "metrics": {},

@@ -92,7 +92,7 @@ def _reproduce_table(args: Any, table: str, echo: bool = True) -> int:
     if echo:
         print(out.read_text())
         print((out.parent / "claims.md").read_text())
-    if echo and records == records_folder(table, spec_folder):  # the overview reads every table's own folder
+    if echo and records.resolve() == records_folder(table, spec_folder).resolve():  # the overview reads these
         render_overview(spec_folder)
     return 0
 

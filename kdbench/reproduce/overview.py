@@ -75,13 +75,15 @@ def _cell(result: ClaimResult, planned_seeds: int) -> str:
 
 
 def _tally(results: dict[str, Sequence[ClaimResult]]) -> str:
-    """Verdicts counted per paper. A test is a claim's two rows on one task and metric: a claim that two
-    tables test on the same runs and metric (BERT-PKD's skip against last in table 1 and in its own
-    Table 2's RTE column, say) is counted once."""
-    tests: dict[tuple[str, str, str, str, str], str] = {}
+    """Verdicts counted per paper. A test is a claim's two rows compared on one task and metric with
+    the same per-seed scores: a claim that two tables test on the same runs, metric and evaluation
+    (BERT-PKD's skip against last in table 1 and in its own Table 2's RTE column, say) is counted
+    once; where the tables pick other evaluations (MRPC's accuracy-best one in Table 2) it is two."""
+    tests: dict[tuple[Any, ...], str] = {}
     for table_results in results.values():
         for result in table_results:
-            key = (result.claim.paper, result.claim.better, result.claim.worse, result.task, result.metric)
+            key = (result.claim.paper, result.claim.better, result.claim.worse, result.task, result.metric,
+                   tuple(sorted(result.better.items())), tuple(sorted(result.worse.items())))
             tests.setdefault(key, result.verdict)
     by_paper: dict[str, Counter[str]] = {}
     for (paper, *_), verdict in tests.items():

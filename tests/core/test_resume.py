@@ -136,3 +136,19 @@ def test_an_attempt_that_never_recorded_its_end_is_marked_killed_by_the_next(tmp
     attempts = json.loads((tmp_path / "attempts.json").read_text())["attempts"]
     assert [a["ended"] for a in attempts] == ["interrupted", KILLED, None]
     assert clock.count == 3 and clock.total_seconds() == 683.37  # the killed attempt's seconds still count
+
+
+def test_an_attempt_of_a_kdbench_that_recorded_no_provenance_is_unknown_not_left_out(tmp_path):
+    """A run started before attempts named their revision and resumed after an upgrade: the earlier
+    attempt's code is unknown, which is not the same as the last attempt's."""
+    from kdbench.engine.resume import RunClock
+
+    (tmp_path / "attempts.json").write_text(json.dumps({"attempts": [
+        {"started_at": "t0", "seconds": 600.0, "ended": "requeued"}]}))
+    now = {"kdbench_revision": {"commit": "abc", "dirty": False}, "machine": {"cpu_capability": "AVX2"}}
+    listed = RunClock(tmp_path, provenance=now).mixed_provenance()
+    assert [(a["attempt"], a["kdbench_revision"]) for a in listed] == [(1, None), (2, now["kdbench_revision"])]
+    same = tmp_path / "same"
+    same.mkdir()
+    RunClock(same, provenance=now).save(ended="requeued")
+    assert RunClock(same, provenance=now).mixed_provenance() == []

@@ -149,6 +149,10 @@ def test_student_init_teacher_on_a_checkpoint_student_is_refused_when_the_run_is
     ({"student_init": "teacher", "student_layers": [0, 9]}, r"student_layers: \[9\] outside the teacher's layers 0..1"),
     ({"student_init": "teacher", "student_layers": [0]}, "lists 1 teacher layers but the student has 2"),
     ({"method": "pkd"}, None),  # auto -> PKD's default, teacher: layers 0..1 of a 2-layer teacher fit
+    ({"student": "mobilebert-tiny", "student_init": "teacher"},
+     "needs the same architecture; student is 'mobilebert', teacher 'bert'"),
+    ({"student": "bert-3l-768", "student_init": "teacher", "student_layers": [0, 1, 1]},
+     "copies layers of hidden_size 32 into a student of hidden_size 768"),
 ])
 def test_the_layers_a_student_copies_are_checked_when_the_run_is_planned(tiny_models, shared_data, overrides, message):
     """--dry-run ran every plan-time check but this one: a student_layers outside the teacher failed

@@ -53,6 +53,17 @@ def test_a_test_two_tables_print_on_one_metric_is_counted_once_and_on_two_metric
     assert all(r.verdict == HOLDS for rs in results.values() for r in rs)
 
 
+def test_one_metric_on_other_evaluations_is_two_tests():
+    """Table 1 keeps MRPC's F1-best evaluation and BERT-PKD's Table 2 its accuracy-best one: the same
+    claim, task and metric, other scores per seed, so a verdict of one table must not hide the other's."""
+    f1_best = {1: 82.0, 2: 83.0, 3: 82.5}, {1: 81.0, 2: 81.5, 3: 81.5}  # holds
+    acc_best = {1: 82.0, 2: 81.0, 3: 82.5}, {1: 81.0, 2: 81.5, 3: 81.5}  # within noise (seed 2 negative)
+    results = {"cross-method": [_result(SKIP_LAST, "mrpc", "f1", *f1_best)],
+               "pkd-skip-last": [_result(SKIP_LAST, "mrpc", "f1", *acc_best)]}
+    tally = overview_markdown(results).split("**Verdicts per paper**")[1].splitlines()
+    assert "| BERT-PKD | 2 | 1 | 0 | 1 | 0 | 0 | 0 | 0 |" in tally
+
+
 def _record(folder, name, created_at, seconds, status="completed"):
     (folder / name).mkdir(parents=True)
     (folder / name / "result.json").write_text(json.dumps({"status": status, "created_at": created_at,

@@ -28,7 +28,8 @@ def compare_rows(better: str, worse: str, runs: Sequence[str], tasks: Sequence[s
 
     Bad input is named before anything is scored: a row with no completed run, a task a row did not
     run, a metric or evaluation rule for a task not compared or a metric a row did not record, rows
-    with no seed in common, a run without a usable seed, or two trainings of one row, task and seed."""
+    with no seed in common, a run without a usable seed or score, or two trainings of one row, task
+    and seed."""
     from kdbench.claims import Claim, claim_results
     from kdbench.config import ConfigError
     from kdbench.evaluations import parse_rules, reselect
@@ -74,6 +75,7 @@ def compare_rows(better: str, worse: str, runs: Sequence[str], tasks: Sequence[s
             recorded = frame.loc[(frame["task"] == task) & (frame[ROW_COLUMN] == name)]
             if f"metric.{metric}" not in recorded or recorded[f"metric.{metric}"].isna().all():
                 raise ConfigError(f"--metric {task}={metric}: row {name!r} recorded no {metric!r} on {task!r}")
+    _refuse_runs_without_a_score(frame, chosen, metrics or {})
     claim = Claim("", f"{better} beats {worse}", better, worse)
     return claim_results([claim], frame.assign(label=frame[ROW_COLUMN]), chosen, metrics=metrics)
 
@@ -102,6 +104,21 @@ def _completed_runs(runs: Sequence[str]) -> Any:
     frame[ROW_COLUMN] = [label if isinstance(label, str) and label else method
                          for label, method in zip(labels, frame["method"], strict=True)]
     return frame
+
+
+def _refuse_runs_without_a_score(frame: Any, tasks: Sequence[str], metrics: dict[str, str]) -> None:
+    """A completed run with no score on the compared metric (NaN: a diverged evaluation, or an
+    evaluation rule that picked one without it) would silently leave its seed out of the pairing."""
+    from kdbench.claims import claim_metric
+    from kdbench.config import ConfigError
+
+    for task in tasks:
+        column = f"metric.{claim_metric(task, metrics)}"
+        runs = frame[frame["task"] == task]
+        missing = runs[runs[column].isna()] if column in runs else runs
+        if len(missing):
+            raise ConfigError(f"{len(missing)} run(s) have no {column.removeprefix('metric.')!r} on {task} to compare "
+                              f"({', '.join(sorted(missing['run_dir']))}): rerun or leave them out of the folders")
 
 
 def _refuse_rows_of_several_students(frame: Any) -> None:

@@ -7,7 +7,6 @@ table is rendered into its own records folder, and by ``kdbench reproduce all --
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -100,10 +99,12 @@ def _tally(results: dict[str, Sequence[ClaimResult]]) -> str:
 def training_summary(folders: Iterable[Path]) -> str:
     """The training behind the study: each completed training once, however many tables hold its
     record (a record is one training: its run folder's name and its ``created_at``)."""
+    from kdbench.records import read_record
+
     seconds: dict[tuple[str, str], float] = {}
     for folder in folders:
         for path in sorted(folder.glob("*/result.json")) if folder.is_dir() else []:
-            record = json.loads(path.read_text())
+            record = read_record(path)
             if record.get("status") == "completed":
                 key = (path.parent.name, str(record.get("created_at")))
                 seconds[key] = float(record.get("train_seconds") or 0.0)

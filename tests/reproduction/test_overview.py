@@ -66,8 +66,9 @@ def test_one_metric_on_other_evaluations_is_two_tests():
 
 def _record(folder, name, created_at, seconds, status="completed"):
     (folder / name).mkdir(parents=True)
-    (folder / name / "result.json").write_text(json.dumps({"status": status, "created_at": created_at,
-                                                             "train_seconds": seconds}))
+    (folder / name / "result.json").write_text(json.dumps({
+        "schema_version": 1, "method": "finetune", "task": "mrpc", "student": "teacher-3l", "config": {},
+        "metrics": {}, "status": status, "created_at": created_at, "train_seconds": seconds}))
 
 
 def test_training_is_counted_once_per_training_however_many_tables_keep_its_record(tmp_path):

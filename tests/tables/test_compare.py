@@ -142,3 +142,10 @@ def test_a_metric_only_one_row_recorded_is_named_with_that_row(two_rows):
     assert '"f1": 40.0' in record.read_text()
     with pytest.raises(ConfigError, match="row 'cosine-cls' recorded no 'f1' on 'rte'"):
         compare_rows("cosine-cls", "kd-3l", [str(two_rows / "mine"), str(two_rows / "baselines")], metrics={"rte": "f1"})
+
+
+def test_a_run_without_a_score_is_named_instead_of_leaving_its_seed_out(two_rows):
+    path = two_rows / "mine" / "cosine-cls-rte-s2" / "result.json"
+    path.write_text(path.read_text().replace('"metrics": {"acc": 61.0}', '"metrics": {"acc": NaN}'))
+    with pytest.raises(ConfigError, match=r"1 run\(s\) have no 'acc' on rte to compare \(.*cosine-cls-rte-s2\)"):
+        compare_rows("cosine-cls", "kd-3l", [str(two_rows / "mine"), str(two_rows / "baselines")])

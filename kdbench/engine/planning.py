@@ -39,10 +39,12 @@ def input_fingerprints(config: RunConfig, task: Task, preset: StudentPreset | No
     """Fingerprints of the models and data files ``config`` reads (see :mod:`kdbench.fingerprint`)."""
     models = {"teacher": config.teacher, "student": None if preset is not None else config.student,
               "tokenizer": config.tokenizer, "student_init_from": config.student_init_from}
-    return {
-        **{role: model_fingerprint(name) for role, name in models.items() if name},
-        "data": [data_fingerprint(source) for source in task.data_sources(config)],
-    }
+    fingerprints = {role: model_fingerprint(name) for role, name in models.items() if name}
+    if "student" in fingerprints and config.student_init == "random":
+        # The checkpoint's architecture with new weights: another run than one that loads them (and
+        # than such runs before kdbench honoured random for a checkpoint, which loaded them anyway).
+        fingerprints["student"] = {"random_weights_of": fingerprints["student"]}
+    return {**fingerprints, "data": [data_fingerprint(source) for source in task.data_sources(config)]}
 
 
 def plan_run(config: RunConfig) -> RunPlan:

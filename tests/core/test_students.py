@@ -133,6 +133,10 @@ def test_a_checkpoint_student_with_student_init_random_keeps_its_shape_and_not_i
     assert (random.config.num_hidden_layers, random.config.hidden_size, random.config.num_labels) == (
         checkpoint.config.num_hidden_layers, checkpoint.config.hidden_size, checkpoint.config.num_labels)
     assert (how_random.kind, how_random.chosen_by, how_random.source) == ("random", "run", str(tiny_models["student"]))
+    # its own run folder: not the one that loads the checkpoint, nor one an older kdbench trained from it
+    random_plan = plan_run(build_run_config({**values, "student_init": "random"}))
+    assert random_plan.inputs["student"] == {"random_weights_of": plan.inputs["student"]}
+    assert random_plan.run_dir != plan_run(build_run_config({**values, "student_init": "pretrained"})).run_dir
 
 
 def test_student_init_teacher_on_a_checkpoint_student_is_refused_when_the_run_is_planned(tiny_models):

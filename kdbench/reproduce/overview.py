@@ -88,8 +88,8 @@ def _tally(results: dict[str, Sequence[ClaimResult]]) -> str:
     for (paper, *_), verdict in tests.items():
         by_paper.setdefault(paper, Counter())[verdict] += 1
     by_paper["all"] = sum(by_paper.values(), Counter())
-    lines = ["**Verdicts per paper** (a claim's two rows on one task and metric count once, whichever tables "
-             "print them)", "",
+    lines = ["**Verdicts per paper** (a claim's two rows on one task and metric, with the same scores per seed, "
+             "count once, whichever tables print them)", "",
              "| paper | tests | " + " | ".join(VERDICT_ORDER) + " |", "|---|---:|" + "---:|" * len(VERDICT_ORDER)]
     for paper, counts in by_paper.items():
         lines.append(f"| {paper} | {sum(counts.values())} | " + " | ".join(str(counts[v]) for v in VERDICT_ORDER) + " |")

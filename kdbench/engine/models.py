@@ -50,6 +50,13 @@ def head_kwargs(spec: TaskSpec, head: HeadType) -> dict[str, Any]:
     return {}
 
 
+def with_task_head(model_config: PretrainedConfig, spec: TaskSpec) -> PretrainedConfig:
+    """``model_config`` set up for the task's head (labels, problem type), in place and returned."""
+    for key, value in head_kwargs(spec, spec.head).items():
+        setattr(model_config, key, value)
+    return model_config
+
+
 def load_model(name: str, head: HeadType, spec: TaskSpec, *, trust_remote_code: bool, role: str) -> PreTrainedModel:
     kwargs = head_kwargs(spec, head) if role == "student" else {}
     try:
@@ -78,9 +85,7 @@ def load_model_config(name: str, role: str, trust_remote_code: bool) -> Pretrain
 def random_model(name: str, head: HeadType, spec: TaskSpec, *, trust_remote_code: bool) -> PreTrainedModel:
     """``name``'s architecture (its config, with the task's head) with freshly initialised weights:
     ``student_init=random`` for a checkpoint student, e.g. a no-pre-training baseline of its shape."""
-    model_config = load_model_config(name, "student", trust_remote_code)
-    for key, value in head_kwargs(spec, head).items():
-        setattr(model_config, key, value)
+    model_config = with_task_head(load_model_config(name, "student", trust_remote_code), spec)
     model_config._attn_implementation = "sdpa"
     return HEAD_CLASSES[head].from_config(model_config, trust_remote_code=trust_remote_code)
 
@@ -190,9 +195,7 @@ def build_student_with_init(plan: RunPlan, teacher: PreTrainedModel | None,
         init = StudentInit("pretrained", "run" if config.student_init == "pretrained" else "checkpoint student",
                            config.student)
     else:
-        model_config = plan.preset.build_config(teacher.config if teacher is not None else None)
-        for key, value in head_kwargs(spec, spec.head).items():
-            setattr(model_config, key, value)
+        model_config = with_task_head(plan.preset.build_config(teacher.config if teacher is not None else None), spec)
         model_config._attn_implementation = "sdpa"
         student = head_class.from_config(model_config)
         kind, chosen_by = resolved_student_init(plan, teacher is not None)

@@ -16,7 +16,7 @@ from pathlib import Path
 from transformers import PretrainedConfig
 
 from kdbench.config import ConfigError, RunConfig
-from kdbench.engine.models import head_kwargs, load_model_config, resolved_student_init
+from kdbench.engine.models import load_model_config, resolved_student_init, with_task_head
 from kdbench.engine.planning import RunPlan, check_model_paths_exist
 from kdbench.method import Method, MethodContext, Stage
 from kdbench.task import HeadType, TaskSpec
@@ -126,9 +126,7 @@ def student_config(plan: RunPlan, teacher_config: PretrainedConfig | None) -> Pr
         model_config = plan.preset.build_config(teacher_config)
     else:
         model_config = load_model_config(config.student, "student", config.trust_remote_code)
-    for key, value in head_kwargs(spec, spec.head).items():
-        setattr(model_config, key, value)
-    return model_config
+    return with_task_head(model_config, spec)
 
 
 def check_copied_layers(plan: RunPlan, teacher_config: PretrainedConfig | None, student: PretrainedConfig) -> None:

@@ -84,22 +84,16 @@ def _completed_runs(runs: Sequence[str]) -> Any:
     """The completed records under the folders ``runs``, each named by its row; a record found in
     several of them (a folder given twice, nested in another, or records exported to two tables) is
     one run."""
-    from pathlib import Path
-
     import pandas as pd
 
-    from kdbench.records import load_records
+    from kdbench.records import load_records, training_identity
 
     frames = [load_records(folder, include_failed=False) for folder in runs]
     frame = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else pd.DataFrame()
     if not len(frame):
         return frame.assign(**{ROW_COLUMN: [], "task": []})
-    # One training exported into several folders (tables that share runs) is one run: its folder
-    # name and creation time identify it.
-    frame["run_name"] = [Path(run_dir).name for run_dir in frame["run_dir"]]
-    created = frame["created_at"] if "created_at" in frame else frame["run_dir"]  # no time: each folder its own
-    frame = frame.assign(created_key=created.fillna(frame["run_dir"]))
-    frame = frame.drop_duplicates(["run_name", "created_key"]).reset_index(drop=True)
+    frame = frame[~pd.Series([training_identity(run) for _, run in frame.iterrows()]).duplicated()]
+    frame = frame.reset_index(drop=True)
     labels = frame["label"] if "label" in frame else pd.Series([None] * len(frame))
     frame[ROW_COLUMN] = [label if isinstance(label, str) and label else method
                          for label, method in zip(labels, frame["method"], strict=True)]
@@ -127,22 +121,24 @@ def _refuse_rows_of_several_students(frame: Any) -> None:
     from kdbench.config import ConfigError
 
     for row, group in frame.groupby(ROW_COLUMN):
-        students = sorted({_student_name(str(student)) for student in group["student"]})
+        students = sorted({_student_identity(run) for _, run in group.iterrows()})
         if len(students) > 1:
             raise ConfigError(f"row {row!r} holds runs of {len(students)} students ({', '.join(students)}), e.g. a "
                               "sweep's teacher stage beside its cells: give the runs to compare a label "
                               "(label=NAME, or a sweep cell's label)")
 
 
-def _student_name(student: str) -> str:
-    """A preset or a Hub id as it is; a local model folder by its run's name (``RUN/model``) or its
-    own: the same stage's model read from two checkouts is one student."""
-    from pathlib import Path
+def _student_identity(run: Any) -> str:
+    """The student a run started from, as its run identity fingerprints it (``inputs.student``: a
+    kdbench run's name, a Hub id or a content digest, the same from any checkout); else (a preset, a
+    record written by hand) as tables name it."""
+    import json
 
-    path = Path(student)
-    if not (path.is_absolute() or student.startswith(".") or path.name == "model"):
-        return student  # a preset or a Hub id such as org/model
-    return path.parent.name if path.name == "model" else path.name
+    from kdbench.tables.building import model_name
+
+    inputs = run.get("inputs")
+    fingerprint = inputs.get("student") if isinstance(inputs, dict) else None
+    return json.dumps(fingerprint, sort_keys=True) if fingerprint else model_name(run)
 
 
 def _seed(run: Any) -> int:

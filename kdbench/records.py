@@ -312,6 +312,13 @@ def find_records(runs_dir: Path) -> list[Path]:
     return sorted(runs_dir.rglob(RESULT_FILE))
 
 
+def training_identity(run: Any) -> tuple[str, str]:
+    """One training, wherever its record was copied (tables that share a run each export it): its
+    run folder's name and its ``created_at``; a record without the time is its own folder's."""
+    created = run.get("created_at")
+    return Path(str(run["run_dir"])).name, str(created) if isinstance(created, str) and created else str(run["run_dir"])
+
+
 def load_records(runs_dir: str | Path, *, include_failed: bool = True):
     """All records under ``runs_dir`` as a DataFrame, one row per run.
 

@@ -82,12 +82,12 @@ def load_model_config(name: str, role: str, trust_remote_code: bool) -> Pretrain
         raise ConfigError(f"{role} {name!r} cannot be loaded: {detail}{hint}") from None
 
 
-def random_model(name: str, head: HeadType, spec: TaskSpec, *, trust_remote_code: bool) -> PreTrainedModel:
+def random_model(name: str, spec: TaskSpec, *, trust_remote_code: bool) -> PreTrainedModel:
     """``name``'s architecture (its config, with the task's head) with freshly initialised weights:
     ``student_init=random`` for a checkpoint student, e.g. a no-pre-training baseline of its shape."""
     model_config = with_task_head(load_model_config(name, "student", trust_remote_code), spec)
     model_config._attn_implementation = "sdpa"
-    return HEAD_CLASSES[head].from_config(model_config, trust_remote_code=trust_remote_code)
+    return HEAD_CLASSES[spec.head].from_config(model_config, trust_remote_code=trust_remote_code)
 
 
 def teacher_label_order(teacher: PreTrainedModel, spec: TaskSpec) -> list[int] | None:
@@ -178,6 +178,13 @@ def resolved_student_init(plan: RunPlan, has_teacher: bool) -> tuple[str, str]:
     return "random", "no teacher"
 
 
+def resolved_student_layers(plan: RunPlan) -> Any:
+    """The teacher layers a ``teacher``-initialised student copies: the run's ``student_layers``, or
+    under ``auto`` the method's ``default_student_layers``."""
+    layers = plan.config.student_layers
+    return plan.method.default_student_layers if layers == "auto" else layers
+
+
 def build_student(plan: RunPlan, teacher: PreTrainedModel | None, tokenizer: Any) -> PreTrainedModel:
     return build_student_with_init(plan, teacher, tokenizer)[0]
 
@@ -188,7 +195,7 @@ def build_student_with_init(plan: RunPlan, teacher: PreTrainedModel | None,
     config, spec = plan.config, plan.task.spec
     head_class = HEAD_CLASSES[spec.head]
     if plan.preset is None and config.student_init == "random":
-        student = random_model(config.student, spec.head, spec, trust_remote_code=config.trust_remote_code)
+        student = random_model(config.student, spec, trust_remote_code=config.trust_remote_code)
         init = StudentInit("random", "run", config.student)
     elif plan.preset is None:  # planning refused student_init=teacher for a checkpoint
         student = load_model(config.student, spec.head, spec, trust_remote_code=config.trust_remote_code, role="student")
@@ -208,7 +215,7 @@ def build_student_with_init(plan: RunPlan, teacher: PreTrainedModel | None,
                 role = config.student_init_from
             if source is None:
                 raise ConfigError("student_init=teacher needs --teacher (or student_init_from=MODEL)")
-            choice = config.student_layers if config.student_layers != "auto" else plan.method.default_student_layers
+            choice = resolved_student_layers(plan)
             layers = resolve_teacher_layers(choice, source.config.num_hidden_layers, model_config.num_hidden_layers)
             copy_teacher_weights(student, source, layers)
             init = StudentInit(kind, chosen_by, role, tuple(layers))

@@ -16,7 +16,7 @@ from pathlib import Path
 from transformers import PretrainedConfig
 
 from kdbench.config import ConfigError, RunConfig
-from kdbench.engine.models import load_model_config, resolved_student_init, with_task_head
+from kdbench.engine.models import load_model_config, resolved_student_init, resolved_student_layers, with_task_head
 from kdbench.engine.planning import RunPlan, check_model_paths_exist
 from kdbench.method import Method, MethodContext, Stage
 from kdbench.task import HeadType, TaskSpec
@@ -151,8 +151,7 @@ def check_copied_layers(plan: RunPlan, teacher_config: PretrainedConfig | None, 
             raise ConfigError(f"student_init=teacher copies layers of {size} {getattr(source, size, None)} into a "
                               f"student of {size} {getattr(student, size, None)}; use a student shaped like its "
                               "teacher (e.g. teacher-3l) or student_init=random")
-    choice = config.student_layers if config.student_layers != "auto" else plan.method.default_student_layers
-    resolve_teacher_layers(choice, source.num_hidden_layers, student.num_hidden_layers)
+    resolve_teacher_layers(resolved_student_layers(plan), source.num_hidden_layers, student.num_hidden_layers)
 
 
 def build_stages(method: Method, context: MethodContext) -> list[Stage]:

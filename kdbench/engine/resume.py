@@ -4,15 +4,15 @@
   :func:`kdbench.launch.graceful_requeue_callback` raises :class:`Requeued` (a ``SystemExit``)
   once the checkpoint is saved and submitit has requeued the job.
 - **Time.** ``RUN/attempts.json`` lists every attempt with the seconds it ran, updated at each
-  checkpoint and at its end; ``train_seconds`` is their sum.
-- **Provenance.** Each attempt also names the kdbench revision and machine it ran on. A record
-  names the last attempt's; where attempts differ (a run resumed after a ``git pull``, or requeued
-  onto another node type) :meth:`RunClock.mixed_provenance` lists each one, for the record. A stage's seconds are kept beside its
+  checkpoint and at its end; ``train_seconds`` is their sum. A stage's seconds are kept beside its
   checkpoints (``STAGE/elapsed.json``, seconds at each saved step), so a resumed stage goes on
   counting from the checkpoint it resumes. An attempt killed outright (SIGKILL, node failure)
   counts up to its last checkpoint: the work after it is lost and its redoing is counted again.
   It could not write how it ended; the next attempt, which holds the run lock it lost, records it
   ``killed``.
+- **Provenance.** Each attempt also names the kdbench revision and machine it ran on. A record
+  names the last attempt's; where attempts differ (a run resumed after a ``git pull``, or requeued
+  onto another node type) :meth:`RunClock.mixed_provenance` lists each one, for the record.
 - **Data order.** ``Trainer`` restores the Python, NumPy and torch RNG states of a checkpoint and
   skips the batches already seen in the resumed epoch, but its length-grouped sampler draws each
   epoch's order from the global torch RNG when the epoch starts, a state a resumed run never had:

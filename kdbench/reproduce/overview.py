@@ -7,6 +7,7 @@ table is rendered into its own records folder, and by ``kdbench reproduce all --
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -31,10 +32,10 @@ def render_overview(spec_folder: Path = SPEC_FOLDER, scale: MiniScale = MINI) ->
 
 def overview_text(spec_folder: Path = SPEC_FOLDER, scale: MiniScale = MINI) -> str:
     """The overview of each table's records in ``spec_folder/TABLE/records``, as markdown."""
-    tables = sorted(TABLE_ROWS)
-    results = {table: table_claim_results(table, records_folder(table, spec_folder))[0] for table in tables}
+    claimed = {table: table_claim_results(table, records_folder(table, spec_folder)) for table in sorted(TABLE_ROWS)}
+    results = {table: table_results for table, (table_results, _) in claimed.items()}
     return (overview_markdown(results, scale) + "\n\n"
-            + training_summary(records_folder(table, spec_folder) for table in tables) + "\n")
+            + training_summary(frame for _, frame in claimed.values()) + "\n")
 
 
 def overview_markdown(results: dict[str, Sequence[ClaimResult]], scale: MiniScale = MINI) -> str:
@@ -96,18 +97,18 @@ def _tally(results: dict[str, Sequence[ClaimResult]]) -> str:
     return "\n".join(lines)
 
 
-def training_summary(folders: Iterable[Path]) -> str:
-    """The training behind the study: each completed training once, however many tables hold its
-    record (a record is one training: its run folder's name and its ``created_at``)."""
-    from kdbench.records import read_record
+def training_summary(frames: Iterable[Any]) -> str:
+    """The training behind the study, from each table's records frame (None: no records): each
+    completed training once, however many tables hold its record
+    (:func:`kdbench.records.training_identity`)."""
+    from kdbench.records import training_identity
 
     seconds: dict[tuple[str, str], float] = {}
-    for folder in folders:
-        for path in sorted(folder.glob("*/result.json")) if folder.is_dir() else []:
-            record = read_record(path)
-            if record.get("status") == "completed":
-                key = (path.parent.name, str(record.get("created_at")))
-                seconds[key] = float(record.get("train_seconds") or 0.0)
+    for frame in frames:
+        for _, run in (frame.iterrows() if frame is not None else ()):
+            if run.get("status") == "completed":
+                value = run.get("train_seconds")  # NaN where a record has none
+                seconds[training_identity(run)] = 0.0 if value is None or math.isnan(value) else float(value)
     runs = {name for name, _ in seconds}
     retrained = len(seconds) - len(runs)
     return (f"Compute: {len(seconds)} completed trainings of {len(runs)} runs"

@@ -221,7 +221,7 @@ def _load_runs(runs: Any):
 def _describe_run(run: Mapping[str, Any]) -> str:
     label = run.get("label")
     label = f" label={label}" if isinstance(label, str) and label else ""
-    return f"{run.get('method')}/{run.get('task')}/{_student_name(run)}{label}"
+    return f"{run.get('method')}/{run.get('task')}/{model_name(run)}{label}"
 
 
 def build_table(name: str | TableSpec | CrossMethodSpec, runs: Any = None, *, latency: bool = False,
@@ -432,7 +432,9 @@ def _listing(names: Iterable[str], shown: int = 8) -> str:
     return ", ".join(distinct[:shown]) + (" ..." if len(distinct) > shown else "")
 
 
-def _student_name(run: Mapping[str, Any], field: str = "student") -> str:
+def model_name(run: Mapping[str, Any], field: str = "student") -> str:
+    """How a table names a run's model: a preset or Hub name's last part, a model folder by its run
+    (``RUN/model``) or its own name, the same from any checkout."""
     student = run.get(field)
     if not isinstance(student, str) or not student:
         return MISSING
@@ -482,7 +484,7 @@ def _own_role(run: Mapping[str, Any]) -> str | None:
 
 
 def _teacher_role(run: Mapping[str, Any]) -> str:
-    return _model_role(run, "teacher") or _student_name(run, "teacher")
+    return _model_role(run, "teacher") or model_name(run, "teacher")
 
 
 @functools.lru_cache(maxsize=64)
@@ -516,7 +518,7 @@ def _build_cross_method(spec: CrossMethodSpec, runs, measurer: Measurer, plan: S
     plan_keys: dict[tuple[str, str, str, str], str] = {}  # group -> its row's key in the plan
     for index, run in completed.iterrows():
         label = run.get("label") if isinstance(run.get("label"), str) else ""
-        student = _model_role(run, "student") or _student_name(run)
+        student = _model_role(run, "student") or model_name(run)
         key = (canonical_method(run.get("method")), student, label or "", _teacher_role(run))
         groups.setdefault(key, []).append(index)
         plan_keys.setdefault(key, label or _own_role(run) or "")

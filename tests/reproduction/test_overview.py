@@ -78,7 +78,9 @@ def test_training_is_counted_once_per_training_however_many_tables_keep_its_reco
     _record(table_1, "teacher-mlm-bbb", "2026-11-27T02:42:29", 900.0)
     _record(table_2, "teacher-mlm-bbb", "2026-12-01T21:20:41", 720.0)  # another training of that run
     _record(table_2, "kd-3l-ccc", "2026-11-28T00:00:00", 5400.0, status="interrupted")
-    summary = training_summary([table_1, table_2, tmp_path / "no-such-table" / "records"])
+    from kdbench.records import load_records
+
+    summary = training_summary([load_records(table_1), load_records(table_2), None])  # None: a table with no records
     # 1800 + 900 + 720 s = 0.95 h; the interrupted run is not a completed training.
     assert summary.startswith("Compute: 3 completed trainings of 2 runs (1 of them a second training")
     assert "0.95 hours of training" in summary

@@ -58,7 +58,8 @@ def overview_markdown(results: dict[str, Sequence[ClaimResult]], scale: MiniScal
             cells = [_cell(on_task[task], len(scale.task(task).seeds)) if task in on_task else "n/a" for task in tasks]
             lines.append(f"| {claim.paper} | {claim.statement} | [{table}]({table}/claims.md) | " + " | ".join(cells) + " |")
     lines += ["", "Cells: the verdict and the mean paired difference (better row − worse row, in points of the "
-              "metric); [n/N] = n of the study's N seeds have both runs so far; n/a = the table does not test the "
+              "metric); [n/N] = n of the study's N seeds have both runs (the table's footnotes say whether the "
+              "others are pending or why they were not run); n/a = the table does not test the "
               "claim on that task (not one of its columns, or one of the two rows does not run on it). "
               + VERDICT_LEGEND, "", _tally(results)]
     return "\n".join(lines)

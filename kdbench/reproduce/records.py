@@ -146,12 +146,16 @@ def _same_weights(fresh: dict[str, Any], old: dict[str, Any]) -> str | None:
 
 
 def render(table: str, records: Path, out: Path) -> Path:
-    """The paper-style table of ``records`` as markdown (published rows above measured), written to
+    """The paper-style table of ``records`` as markdown (published rows above measured; a cell short of
+    its planned seeds says why where ``not-run.yaml`` beside ``records`` lists them), written to
     ``out``, and beside it ``claims.md``: each of the paper's claims the table tests, per task, with
     the paired seed difference and its verdict against seed noise."""
     from kdbench import tables
 
-    text = tables.render(tables.build_table(PAPER_TABLES[table], records, plan=study_plan(table)), "markdown")
+    from kdbench.reproduce.not_run import read_seeds_not_run
+
+    plan = study_plan(table, seeds_not_run=read_seeds_not_run(table, records))
+    text = tables.render(tables.build_table(PAPER_TABLES[table], records, plan=plan), "markdown")
     text += f"\n- {MINI_SCALE_NOTE}\n"
     if table == "tinybert-procedures":
         text += (f"- ours: DA with {MINI.augmentation_variants} variants per example (paper: 20), GD on the study's "

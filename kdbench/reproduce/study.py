@@ -23,7 +23,7 @@ import yaml
 from kdbench.claims import Claim
 
 if TYPE_CHECKING:
-    from kdbench.tables.plan import StudyPlan
+    from kdbench.tables.plan import SeedsNotRun, StudyPlan
 
 TEACHER_MODEL = "minilm-l6"
 WIDE_STUDENT = "teacher-3l"
@@ -444,15 +444,21 @@ PENDING_WHERE = ("what is left, in order and with its cost on 2 CPU cores: resul
                  "'Order of work for the next sessions'")
 
 
-def study_plan(table: str, scale: MiniScale = MINI) -> StudyPlan:
+def plan_row_key(table: str, row: Row) -> str:
+    """The key ``row`` has in ``table``'s rendered table: the paper table's row key; table 1's label."""
+    return row.label if table == "cross-method" else row.paper_row or row.label
+
+
+def study_plan(table: str, scale: MiniScale = MINI, seeds_not_run: tuple[SeedsNotRun, ...] = ()) -> StudyPlan:
     """What the study runs for ``table``: its rows (by the paper table's row keys; table 1's by label,
     with the fine-tuned teachers as row ``teacher``), their tasks and seeds, and why the rest is not
-    run, so the rendered table marks every empty cell (:mod:`kdbench.tables.plan`)."""
+    run, so the rendered table marks every empty cell (:mod:`kdbench.tables.plan`); ``seeds_not_run``:
+    the planned seeds its records lack on purpose (:mod:`kdbench.reproduce.not_run`)."""
     from kdbench.tables.plan import PlannedRow, StudyPlan
 
     tasks = table_tasks(table, scale)
     cross_method = table == "cross-method"
-    rows = [PlannedRow(key=row.label if cross_method else row.paper_row or row.label,
+    rows = [PlannedRow(key=plan_row_key(table, row),
                        tasks=tuple(task.name for task in tasks if row.runs_on(task.name)), method=row.method,
                        student=row.stage if row.upstream else str(row.keys.get("student", "")),
                        teacher=TEACHER_STAGE if _needs_task_teacher(row) else "", not_run_reason=row.not_run_reason)
@@ -462,5 +468,5 @@ def study_plan(table: str, scale: MiniScale = MINI) -> StudyPlan:
                                student=TEACHER_MODEL, seeds=1))
     left_out = "; ".join(filter(None, (TABLE_TASKS_WHY.get(table), TASKS_LEFT_OUT)))
     return StudyPlan(tuple(rows), seeds={task.name: len(task.seeds) for task in tasks}, not_in_study=left_out,
-                     pending_where=PENDING_WHERE)
+                     pending_where=PENDING_WHERE, seeds_not_run=seeds_not_run)
 

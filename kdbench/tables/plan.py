@@ -8,7 +8,8 @@ scale), an empty measured cell reads
 * ``n/a`` -- the row cannot run on this task (a footnote gives the row's reason);
 * ``–`` -- the study runs no such row or task (a footnote says why);
 
-and a measured cell with fewer seeds than planned says how many it has (``[2/5]``).
+and a measured cell with fewer seeds than planned says how many it has (``[2/5]``): the missing seeds
+are pending, unless the plan lists them as not run, with why (:class:`SeedsNotRun`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,21 @@ class PlannedRow:
 
 
 @dataclass(frozen=True)
+class SeedsNotRun:
+    """Planned seeds of one cell that a study's records lack on purpose, and why (e.g. they need a
+    kind of machine the study no longer has): a footnote of the table, in place of "pending"."""
+
+    row: str  # the planned row's key
+    task: str
+    seeds: tuple[int, ...]
+    why: str
+
+    def describe(self) -> str:
+        seeds = ", ".join(str(seed) for seed in self.seeds)
+        return f"{self.row} on {self.task}: seed{'s' if len(self.seeds) > 1 else ''} {seeds} not run: {self.why}"
+
+
+@dataclass(frozen=True)
 class StudyPlan:
     """The rows and tasks a study runs, the seeds of each cell, and why it runs nothing else."""
 
@@ -49,6 +65,7 @@ class StudyPlan:
     seeds: Mapping[str, int]  # task -> seeds each of its cells runs (its keys: the study's tasks)
     not_in_study: str  # why the study runs no other row or task
     pending_where: str = ""  # where the reader finds the order and cost of the cells still to run
+    seeds_not_run: tuple[SeedsNotRun, ...] = ()
     _by_key: dict[str, PlannedRow] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -73,8 +90,9 @@ class StudyPlan:
         planned = row.seeds or self.seeds.get(normalise(task))
         return f" [{n}/{planned}]" if planned and n < planned else ""
 
-    def notes(self, marks: Mapping[str, Sequence[str]]) -> list[str]:
-        """Footnotes for the marks a table used: ``marks[mark]`` = the row key of each cell that carries it."""
+    def notes(self, marks: Mapping[str, Sequence[str]], short_cells: Sequence[tuple[str, str]] = ()) -> list[str]:
+        """Footnotes for the marks a table used: ``marks[mark]`` = the row key of each cell that carries it;
+        ``short_cells`` = (row key, task) of each measured cell with fewer seeds than planned."""
         notes = []
         where = f"; {self.pending_where}" if self.pending_where else ""
         pending = marks.get(PENDING, ())
@@ -92,8 +110,17 @@ class StudyPlan:
         if marks.get(MISSING):
             notes.append(f"ours: {MISSING} = not in the study: {self.not_in_study}")
         if marks.get(PARTIAL):
-            notes.append(f"ours: [n/N] = measured on n of the N seeds the study runs (the others are pending){where}")
+            notes.append(self._short_cells_note(short_cells, where))
         return notes
+
+    def _short_cells_note(self, short_cells: Sequence[tuple[str, str]], where: str) -> str:
+        short = {(normalise(key), normalise(task)) for key, task in short_cells}
+        explained = [entry for entry in self.seeds_not_run if (normalise(entry.row), normalise(entry.task)) in short]
+        explained_cells = {(normalise(entry.row), normalise(entry.task)) for entry in explained}
+        note = "ours: [n/N] = measured on n of the N seeds the study runs"
+        if not short_cells or short - explained_cells:
+            note += f" (the others are pending){where}"
+        return "; ".join([note, *(entry.describe() for entry in explained)])
 
 
 class MarkLog:
@@ -102,6 +129,7 @@ class MarkLog:
     def __init__(self, plan: StudyPlan) -> None:
         self.plan = plan
         self.marks: dict[str, list[str]] = {}
+        self.short_cells: list[tuple[str, str]] = []
 
     def empty(self, key: str, task: str) -> str:
         """The mark of row ``key``'s empty cell in ``task``'s column."""
@@ -114,7 +142,8 @@ class MarkLog:
         suffix = self.plan.seeds_suffix(key, task, n)
         if suffix:
             self.marks.setdefault(PARTIAL, []).append(key)
+            self.short_cells.append((key, task))
         return suffix
 
     def notes(self) -> list[str]:
-        return self.plan.notes(self.marks)
+        return self.plan.notes(self.marks, self.short_cells)

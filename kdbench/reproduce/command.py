@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kdbench.config import ConfigError
+from kdbench.reproduce.not_run import say_which_listed_cells_run
 from kdbench.reproduce.overview import OVERVIEW_FILE, render_overview
 from kdbench.reproduce.prerequisites import build_prerequisites, prerequisite_stages, prerequisite_stages_to_train
 from kdbench.reproduce.records import export_records, plot, records_folder, render
@@ -71,6 +72,7 @@ def _reproduce_table(args: Any, table: str, echo: bool = True) -> int:
                                        also_to_train=stages_to_train)
         else:
             say_which_recorded_cells_retrain(run_spec, Path(args.output), records)
+        say_which_listed_cells_run(table, records, [cell["name"] for cell in load_spec(run_spec).get("cells") or []])
         if args.missing and not load_spec(run_spec).get("cells"):
             code = 0  # every chosen cell is recorded: nothing to train, the table is still exported and rendered
         else:

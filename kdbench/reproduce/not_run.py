@@ -35,30 +35,54 @@ def read_seeds_not_run(table: str, records: Path) -> tuple[SeedsNotRun, ...]:
     completed record there, grouped by row, task and reason; () without the file. Unknown cell
     names, and entries without cells or a reason, raise :class:`ConfigError` naming them."""
     path = not_run_path(records)
+    cells = {cell["name"]: cell for cell in build_spec(table)["cells"]}
+    rows = {row.label: row for row in TABLE_ROWS[table]()}
+    recorded = _completed_cells(records) if path.is_file() else set()
+    grouped: dict[tuple[str, str, str], list[int]] = {}
+    for name, why in listed_cells(table, records).items():
+        cell = cells[name]
+        if (cell["label"], cell["task"], cell["seed"]) in recorded:
+            print(f"[kdbench reproduce] {path}: cell {name} is listed as not run but has a completed record; "
+                  "take it off the list (the table no longer counts it as not run)", file=sys.stderr)
+            continue
+        key = plan_row_key(table, rows[cell["label"]])
+        grouped.setdefault((key, cell["task"], why), []).append(int(cell["seed"]))
+    return tuple(SeedsNotRun(row=key, task=task, seeds=tuple(sorted(seeds)), why=why)
+                 for (key, task, why), seeds in grouped.items())
+
+
+def listed_cells(table: str, records: Path) -> dict[str, str]:
+    """Cell name -> why it was not run, for every cell ``not-run.yaml`` beside ``records`` lists
+    (recorded or not); {} without the file."""
+    path = not_run_path(records)
     if not path.is_file():
-        return ()
+        return {}
     entries = yaml.safe_load(path.read_text()) or []
     if not isinstance(entries, list):
         raise ConfigError(f"{path}: expected a list of {{cells: [...], why: ...}} entries, got {type(entries).__name__}")
-    cells = {cell["name"]: cell for cell in build_spec(table)["cells"]}
-    rows = {row.label: row for row in TABLE_ROWS[table]()}
-    recorded = _completed_cells(records)
-    grouped: dict[tuple[str, str, str], list[int]] = {}
+    planned = {cell["name"] for cell in build_spec(table)["cells"]}
+    listed: dict[str, str] = {}
     for number, entry in enumerate(entries, start=1):
         names, why = _entry(path, number, entry)
         for name in names:
-            if name not in cells:
+            if name not in planned:
                 raise ConfigError(f"{path}: entry {number} names cell {name!r}, which table {table!r} does not plan "
                                   f"(`kdbench reproduce {table} --dry-run` lists its cells)")
-            cell = cells[name]
-            if (cell["label"], cell["task"], cell["seed"]) in recorded:
-                print(f"[kdbench reproduce] {path}: cell {name} is listed as not run but has a completed record; "
-                      "take it off the list (the table no longer counts it as not run)", file=sys.stderr)
-                continue
-            key = plan_row_key(table, rows[cell["label"]])
-            grouped.setdefault((key, cell["task"], why), []).append(int(cell["seed"]))
-    return tuple(SeedsNotRun(row=key, task=task, seeds=tuple(sorted(seeds)), why=why)
-                 for (key, task, why), seeds in grouped.items())
+            listed[name] = why
+    return listed
+
+
+def say_which_listed_cells_run(table: str, records: Path, chosen: list[str]) -> None:
+    """Name the chosen cells that ``not-run.yaml`` lists as not run: they run now, and once recorded
+    they should leave the list."""
+    listed = listed_cells(table, records)
+    by_reason: dict[str, list[str]] = {}
+    for name in chosen:
+        if name in listed:
+            by_reason.setdefault(listed[name], []).append(name)
+    for why, names in by_reason.items():
+        print(f"[kdbench reproduce] chosen, though {not_run_path(records)} lists them as not run: {', '.join(names)} "
+              f"({why}); take them off that list once their records are committed")
 
 
 def _entry(path: Path, number: int, entry: Any) -> tuple[list[str], str]:

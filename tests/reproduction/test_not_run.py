@@ -73,3 +73,16 @@ def test_an_entry_it_cannot_place_is_refused_by_name(tmp_path, text, named):
 
 def test_without_the_file_nothing_is_listed(tmp_path):
     assert read_seeds_not_run("cross-method", tmp_path / "records") == ()
+
+
+def test_choosing_listed_cells_names_them_once_per_reason(tmp_path, capsys):
+    from kdbench.reproduce.not_run import say_which_listed_cells_run
+
+    records = tmp_path / "cross-method" / "records"
+    records.mkdir(parents=True)
+    _write(records, "- cells: [tinybert4-stsb-s4, tinybert4-stsb-s5]\n  why: another machine\n")
+    say_which_listed_cells_run("cross-method", records, ["kd-3l-rte-s1", "tinybert4-stsb-s4", "tinybert4-stsb-s5"])
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    assert "lists them as not run: tinybert4-stsb-s4, tinybert4-stsb-s5 (another machine)" in out
+    assert "kd-3l-rte-s1" not in out

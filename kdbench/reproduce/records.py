@@ -151,7 +151,6 @@ def render(table: str, records: Path, out: Path) -> Path:
     ``out``, and beside it ``claims.md``: each of the paper's claims the table tests, per task, with
     the paired seed difference and its verdict against seed noise."""
     from kdbench import tables
-
     from kdbench.reproduce.not_run import read_seeds_not_run
 
     plan = study_plan(table, seeds_not_run=read_seeds_not_run(table, records))

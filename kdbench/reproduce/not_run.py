@@ -14,6 +14,7 @@ completed record drops out of the footnote, with a warning to take it off the li
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +36,13 @@ def read_seeds_not_run(table: str, records: Path) -> tuple[SeedsNotRun, ...]:
     completed record there, grouped by row, task and reason; () without the file. Unknown cell
     names, and entries without cells or a reason, raise :class:`ConfigError` naming them."""
     path = not_run_path(records)
+    if not path.is_file():
+        return ()
     cells = {cell["name"]: cell for cell in build_spec(table)["cells"]}
     rows = {row.label: row for row in TABLE_ROWS[table]()}
-    recorded = _completed_cells(records) if path.is_file() else set()
+    recorded = _completed_cells(records)
     grouped: dict[tuple[str, str, str], list[int]] = {}
-    for name, why in listed_cells(table, records).items():
+    for name, why in _listed(table, path, cells).items():
         cell = cells[name]
         if (cell["label"], cell["task"], cell["seed"]) in recorded:
             print(f"[kdbench reproduce] {path}: cell {name} is listed as not run but has a completed record; "
@@ -57,10 +60,14 @@ def listed_cells(table: str, records: Path) -> dict[str, str]:
     path = not_run_path(records)
     if not path.is_file():
         return {}
+    return _listed(table, path, {cell["name"] for cell in build_spec(table)["cells"]})
+
+
+def _listed(table: str, path: Path, planned: Collection[str]) -> dict[str, str]:
+    """Cell name -> why, from ``path``; a name not among ``planned`` (the table's spec cells) raises."""
     entries = yaml.safe_load(path.read_text()) or []
     if not isinstance(entries, list):
         raise ConfigError(f"{path}: expected a list of {{cells: [...], why: ...}} entries, got {type(entries).__name__}")
-    planned = {cell["name"] for cell in build_spec(table)["cells"]}
     listed: dict[str, str] = {}
     for number, entry in enumerate(entries, start=1):
         names, why = _entry(path, number, entry)

@@ -22,7 +22,6 @@ from kdbench.tables.matching import normalise
 MISSING = "–"  # an en dash: never 0
 PENDING = "pending"
 NOT_APPLICABLE = "n/a"
-PARTIAL = "partial"  # not printed: the key under which MarkLog collects cells with fewer seeds than planned
 
 
 @dataclass(frozen=True)
@@ -109,7 +108,7 @@ class StudyPlan:
             notes.append(f"ours: {NOT_APPLICABLE} = the row does not run on that task" + (f" ({reasons})" if reasons else ""))
         if marks.get(MISSING):
             notes.append(f"ours: {MISSING} = not in the study: {self.not_in_study}")
-        if marks.get(PARTIAL):
+        if short_cells:
             notes.append(self._short_cells_note(short_cells, where))
         return notes
 
@@ -118,7 +117,7 @@ class StudyPlan:
         explained = [entry for entry in self.seeds_not_run if (normalise(entry.row), normalise(entry.task)) in short]
         explained_cells = {(normalise(entry.row), normalise(entry.task)) for entry in explained}
         note = "ours: [n/N] = measured on n of the N seeds the study runs"
-        if not short_cells or short - explained_cells:
+        if short - explained_cells:
             note += f" (the others are pending){where}"
         return "; ".join([note, *(entry.describe() for entry in explained)])
 
@@ -141,7 +140,6 @@ class MarkLog:
         """What follows the numbers of row ``key``'s cell in ``task``'s column, measured on ``n`` seeds."""
         suffix = self.plan.seeds_suffix(key, task, n)
         if suffix:
-            self.marks.setdefault(PARTIAL, []).append(key)
             self.short_cells.append((key, task))
         return suffix
 

@@ -72,8 +72,9 @@ def _reproduce_table(args: Any, table: str, echo: bool = True) -> int:
                                        also_to_train=stages_to_train)
         else:
             say_which_recorded_cells_retrain(run_spec, Path(args.output), records)
-        say_which_listed_cells_run(table, records, [cell["name"] for cell in load_spec(run_spec).get("cells") or []])
-        if args.missing and not load_spec(run_spec).get("cells"):
+        chosen_cells = load_spec(run_spec).get("cells") or []
+        say_which_listed_cells_run(table, records, [cell["name"] for cell in chosen_cells])
+        if args.missing and not chosen_cells:
             code = 0  # every chosen cell is recorded: nothing to train, the table is still exported and rendered
         else:
             code = kdbench_main(["sweep", str(run_spec), *sweep_options, *(["--dry-run"] if args.dry_run else [])])
